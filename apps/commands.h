@@ -1,0 +1,14 @@
+// Each subcommand of the dpgossip CLI: add_X registers its flags and a callback that parses,
+// builds the concrete parts and runs. Failures are thrown as dpg::Error and reported by main.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace dpg::app {
+
+void add_prepare(CLI::App& app);
+void add_privacy(CLI::App& app);
+void add_train(CLI::App& app);
+void add_bench(CLI::App& app);
+
+}  // namespace dpg::app

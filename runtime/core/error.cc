@@ -1,0 +1,24 @@
+#include "runtime/core/error.h"
+
+namespace dpg {
+
+std::string_view code_name(Code code) {
+  switch (code) {
+    case Code::invalid_argument: return "invalid_argument";
+    case Code::failed_precondition: return "failed_precondition";
+    case Code::not_found: return "not_found";
+    case Code::out_of_range: return "out_of_range";
+    case Code::data_loss: return "data_loss";
+    case Code::deadline_exceeded: return "deadline_exceeded";
+    case Code::unavailable: return "unavailable";
+    case Code::aborted: return "aborted";
+    case Code::internal: return "internal";
+  }
+  return "unknown";
+}
+
+Error::Error(Code code, const std::string& message) : std::runtime_error(message), code_(code) {}
+
+void fail(Code code, const std::string& message) { throw Error(code, message); }
+
+}  // namespace dpg

@@ -1,0 +1,36 @@
+// One error type for all library code, carrying a status code in Abseil's vocabulary.
+// Library code throws; only main() catches, logs and returns non-zero.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace dpg {
+
+enum class Code {
+  invalid_argument,     // bad input from the user: flags, config, files
+  failed_precondition,  // the system is not in a state where this can run
+  not_found,            // a named file or key is missing
+  out_of_range,
+  data_loss,            // truncated or corrupted data
+  deadline_exceeded,
+  unavailable,
+  aborted,
+  internal,             // a broken invariant: a bug in dpgossip
+};
+
+std::string_view code_name(Code code);
+
+class Error : public std::runtime_error {
+ public:
+  Error(Code code, const std::string& message);
+  Code code() const { return code_; }
+
+ private:
+  Code code_;
+};
+
+[[noreturn]] void fail(Code code, const std::string& message);
+
+}  // namespace dpg

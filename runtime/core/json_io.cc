@@ -1,0 +1,96 @@
+#include "runtime/core/json_io.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "runtime/core/error.h"
+
+namespace dpg {
+
+Json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(Code::not_found, path + ": cannot open file");
+  try {
+    return Json::parse(in);
+  } catch (const Json::parse_error& e) {
+    fail(Code::invalid_argument, path + ": not valid JSON: " + e.what());
+  }
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail(Code::failed_precondition, path + ": cannot create " + tmp);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) {
+      out.close();
+      std::remove(tmp.c_str());
+      fail(Code::failed_precondition, path + ": write failed (disk full?)");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    fail(Code::failed_precondition, path + ": cannot rename into place: " + ec.message());
+  }
+}
+
+JsonReader::JsonReader(const Json& object, std::string where)
+    : object_(object), where_(std::move(where)) {
+  if (!object_.is_object()) fail(Code::invalid_argument, where_ + ": expected a JSON object");
+}
+
+std::string JsonReader::path(const std::string& key) const { return where_ + "/" + key; }
+
+void JsonReader::fail_at(const std::string& key, const std::string& what) const {
+  fail(Code::invalid_argument, path(key) + ": " + what);
+}
+
+bool JsonReader::has(const std::string& key) const { return object_.contains(key); }
+
+const Json& JsonReader::at(const std::string& key) const {
+  if (!has(key)) fail_at(key, "missing");
+  return object_.at(key);
+}
+
+double JsonReader::number(const std::string& key) const {
+  const Json& v = at(key);
+  if (!v.is_number()) fail_at(key, "expected a number, got " + v.dump());
+  return v.get<double>();
+}
+
+long long JsonReader::integer(const std::string& key) const {
+  const Json& v = at(key);
+  if (!v.is_number_integer()) fail_at(key, "expected an integer, got " + v.dump());
+  return v.get<long long>();
+}
+
+bool JsonReader::boolean(const std::string& key) const {
+  const Json& v = at(key);
+  if (!v.is_boolean()) fail_at(key, "expected true or false, got " + v.dump());
+  return v.get<bool>();
+}
+
+std::string JsonReader::string(const std::string& key) const {
+  const Json& v = at(key);
+  if (!v.is_string()) fail_at(key, "expected a string, got " + v.dump());
+  return v.get<std::string>();
+}
+
+void JsonReader::reject_unknown(std::initializer_list<std::string_view> known) const {
+  for (const auto& [key, value] : object_.items()) {
+    bool ok = false;
+    for (auto k : known) ok = ok || (k == key);
+    if (!ok) fail_at(key, "unknown field");
+  }
+}
+
+}  // namespace dpg

@@ -1,0 +1,42 @@
+// Reading JSON files with errors that name the file and the JSON path, and writing any file
+// atomically (temporary name, then rename) so that a failure never leaves half a file behind.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace dpg {
+
+using Json = nlohmann::json;
+
+// Parses a JSON file; throws Error(not_found / invalid_argument) naming the file on failure.
+Json read_json_file(const std::string& path);
+
+// Writes bytes to `path` through a temporary file in the same folder and a rename.
+void write_file_atomic(const std::string& path, std::string_view bytes);
+
+// A typed field of a JSON object. `where` names the object (file and JSON path) for errors:
+// "config.json: /train/epochs: expected a positive integer, got "ten"".
+class JsonReader {
+ public:
+  JsonReader(const Json& object, std::string where);
+
+  bool has(const std::string& key) const;
+  double number(const std::string& key) const;
+  long long integer(const std::string& key) const;
+  bool boolean(const std::string& key) const;
+  std::string string(const std::string& key) const;
+  const Json& at(const std::string& key) const;
+  // Throws invalid_argument for every key not in `known`, so typos never pass silently.
+  void reject_unknown(std::initializer_list<std::string_view> known) const;
+  [[noreturn]] void fail_at(const std::string& key, const std::string& what) const;
+  std::string path(const std::string& key) const;
+
+ private:
+  const Json& object_;
+  std::string where_;
+};
+
+}  // namespace dpg
