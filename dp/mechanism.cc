@@ -1,0 +1,34 @@
+#include "dp/mechanism.h"
+
+#include <algorithm>
+
+#include "dp/noise.h"
+#include "runtime/core/error.h"
+
+namespace dpg::dp {
+
+GaussianMechanism::GaussianMechanism(std::size_t num_params, MechanismOptions options,
+                                     std::uint64_t seed, std::uint64_t rank)
+    : options_(options), buffer_(num_params), rng_(seed, stream_for(stream::kNoise, rank)) {
+  if (options_.expected_batch <= 0.0) {
+    fail(Code::invalid_argument, "expected batch size must be positive");
+  }
+  if (options_.enabled && (options_.clip_norm <= 0.0f || options_.noise_multiplier < 0.0)) {
+    fail(Code::invalid_argument, "clip norm must be positive and noise multiplier non-negative");
+  }
+}
+
+std::span<float> GaussianMechanism::begin_step() {
+  std::fill(buffer_.begin(), buffer_.end(), 0.0f);
+  return buffer_;
+}
+
+PrivateGradient GaussianMechanism::release() {
+  const double sigma = options_.enabled ? options_.noise_multiplier : 0.0;
+  if (sigma > 0.0) add_gaussian(buffer_, sigma * options_.clip_norm, rng_.next());
+  const float inv = static_cast<float>(1.0 / options_.expected_batch);
+  for (float& v : buffer_) v *= inv;
+  return PrivateGradient(buffer_, sigma);
+}
+
+}  // namespace dpg::dp

@@ -1,0 +1,181 @@
+#include "runtime/model/mlp.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/core/check.h"
+#include "runtime/core/error.h"
+#include "runtime/core/rng.h"
+#include "runtime/model/kernels.h"
+
+namespace dpg::model {
+
+Activation parse_activation(const std::string& name) {
+  if (name == "relu") return Activation::relu;
+  if (name == "tanh") return Activation::tanh;
+  fail(Code::invalid_argument, "activation: expected relu or tanh, got \"" + name + "\"");
+}
+
+std::string activation_name(Activation a) { return a == Activation::relu ? "relu" : "tanh"; }
+
+std::vector<int> MlpSpec::widths() const {
+  std::vector<int> w{inputs};
+  w.insert(w.end(), hidden.begin(), hidden.end());
+  w.push_back(classes);
+  return w;
+}
+
+void Workspace::resize(const MlpSpec& spec, std::size_t rows) {
+  batch = rows;
+  if (rows <= capacity && !act.empty()) return;
+  // Grow with headroom so Poisson batch sizes rarely reallocate.
+  capacity = std::max<std::size_t>(rows + rows / 8, 16);
+  const auto widths = spec.widths();
+  act.resize(widths.size());
+  grad.resize(widths.size() - 1);
+  for (std::size_t l = 0; l < widths.size(); ++l) act[l].resize(capacity * widths[l]);
+  for (std::size_t l = 0; l + 1 < widths.size(); ++l) grad[l].resize(capacity * widths[l + 1]);
+  loss.resize(capacity);
+}
+
+Mlp::Mlp(MlpSpec spec, std::uint64_t seed) : spec_(std::move(spec)), widths_(spec_.widths()) {
+  if (spec_.inputs <= 0 || spec_.classes < 2) {
+    fail(Code::invalid_argument, "model: needs at least one input and two classes");
+  }
+  for (int h : spec_.hidden) {
+    if (h <= 0) fail(Code::invalid_argument, "model: hidden widths must be positive");
+  }
+  std::size_t total = 0;
+  for (std::size_t l = 0; l + 1 < widths_.size(); ++l) {
+    offsets_.push_back(total);
+    total += static_cast<std::size_t>(widths_[l + 1]) * (widths_[l] + 1);
+  }
+  params_.resize(total);
+  Rng rng(seed, stream::kInit);
+  for (int l = 0; l < num_layers(); ++l) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(widths_[l]));
+    const std::size_t n = static_cast<std::size_t>(widths_[l + 1]) * (widths_[l] + 1);
+    for (std::size_t i = 0; i < n; ++i) {
+      params_[offsets_[l] + i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+    }
+  }
+}
+
+std::size_t Mlp::bias_offset(int layer) const {
+  return offsets_[layer] + static_cast<std::size_t>(widths_[layer + 1]) * widths_[layer];
+}
+
+void Mlp::forward(Workspace& ws) const {
+  const auto batch = static_cast<int>(ws.batch);
+  if (batch == 0) return;
+  for (int l = 0; l < num_layers(); ++l) {
+    const int in = widths_[l];
+    const int out = widths_[l + 1];
+    float* z = ws.act[l + 1].data();
+    // z (batch, out) = act (batch, in) * W^T (in, out)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, out, in, 1.0f,
+                ws.act[l].data(), in, params_.data() + weight_offset(l), in, 0.0f, z, out);
+    const float* bias = params_.data() + bias_offset(l);
+    if (l + 1 == num_layers()) {
+      kernels::bias_only(z, bias, batch, out);
+    } else if (spec_.activation == Activation::relu) {
+      kernels::bias_relu(z, bias, batch, out);
+    } else {
+      kernels::bias_tanh(z, bias, batch, out);
+    }
+  }
+}
+
+std::size_t Mlp::loss_and_backward(std::span<const std::int32_t> labels, Workspace& ws,
+                                   bool backward) const {
+  const std::size_t batch = ws.batch;
+  DPG_CHECK_EQ(labels.size(), batch);
+  if (batch == 0) return 0;
+  const int last = num_layers() - 1;
+  const std::size_t correct =
+      kernels::softmax_xent(ws.act.back().data(), labels.data(), batch, spec_.classes,
+                            ws.loss.data(), backward ? ws.grad[last].data() : nullptr);
+  if (!backward) return correct;
+  for (int l = last; l >= 1; --l) {
+    const int in = widths_[l];
+    const int out = widths_[l + 1];
+    // grad[l-1] (batch, in) = grad[l] (batch, out) * W_l (out, in), then times act'(.)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(batch), in, out,
+                1.0f, ws.grad[l].data(), out, params_.data() + weight_offset(l), in, 0.0f,
+                ws.grad[l - 1].data(), in);
+    const std::size_t n = batch * in;
+    if (spec_.activation == Activation::relu) {
+      kernels::relu_backward(ws.grad[l - 1].data(), ws.act[l].data(), n);
+    } else {
+      kernels::tanh_backward(ws.grad[l - 1].data(), ws.act[l].data(), n);
+    }
+  }
+  return correct;
+}
+
+void Mlp::per_example_sq_norms(const Workspace& ws, std::span<float> out) const {
+  const std::size_t batch = ws.batch;
+  DPG_CHECK_EQ(out.size(), batch);
+  std::fill(out.begin(), out.end(), 0.0f);
+  std::vector<float> a2(batch), g2(batch);
+  for (int l = 0; l < num_layers(); ++l) {
+    kernels::row_sq_norms(ws.act[l].data(), batch, widths_[l], a2.data());
+    kernels::row_sq_norms(ws.grad[l].data(), batch, widths_[l + 1], g2.data());
+    for (std::size_t i = 0; i < batch; ++i) out[i] += g2[i] * (a2[i] + 1.0f);
+  }
+}
+
+void Mlp::accumulate_gradient(Workspace& ws, std::span<const float> scale,
+                              std::span<float> grad_out) const {
+  const std::size_t batch = ws.batch;
+  DPG_CHECK_EQ(grad_out.size(), params_.size());
+  DPG_CHECK(scale.empty() || scale.size() == batch);
+  if (batch == 0) return;
+  for (int l = 0; l < num_layers(); ++l) {
+    const int in = widths_[l];
+    const int out = widths_[l + 1];
+    float* g = ws.grad[l].data();
+    float* a = ws.act[l].data();
+    for (std::size_t i = 0; i < batch && !scale.empty(); ++i) {
+      if (scale[i] == 1.0f) continue;
+      if (scale[i] == 0.0f) {
+        // A dropped example (non-finite gradient) must not reach the sum even as 0 * inf.
+        std::fill(g + i * out, g + (i + 1) * out, 0.0f);
+        std::fill(a + i * in, a + (i + 1) * in, 0.0f);
+        continue;
+      }
+      for (int c = 0; c < out; ++c) g[i * out + c] *= scale[i];
+    }
+    // dW (out, in) += grad^T (out, batch) * act (batch, in)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, static_cast<int>(batch), 1.0f,
+                g, out, a, in, 1.0f, grad_out.data() + weight_offset(l), in);
+    float* db = grad_out.data() + bias_offset(l);
+    for (std::size_t i = 0; i < batch; ++i) {
+      const float* row = g + i * out;
+#pragma omp simd
+      for (int c = 0; c < out; ++c) db[c] += row[c];
+    }
+  }
+}
+
+Mlp::Evaluation Mlp::evaluate(std::span<const float> x, std::span<const std::int32_t> labels,
+                              Workspace& ws) const {
+  const std::size_t rows = labels.size();
+  DPG_CHECK_EQ(x.size(), rows * static_cast<std::size_t>(spec_.inputs));
+  constexpr std::size_t kChunk = 1024;
+  Evaluation ev;
+  ev.rows = rows;
+  for (std::size_t start = 0; start < rows; start += kChunk) {
+    const std::size_t n = std::min(kChunk, rows - start);
+    ws.resize(spec_, n);
+    std::copy_n(x.data() + start * spec_.inputs, n * spec_.inputs, ws.act[0].data());
+    forward(ws);
+    ev.correct += loss_and_backward(labels.subspan(start, n), ws, false);
+    for (std::size_t i = 0; i < n; ++i) ev.loss_sum += ws.loss[i];
+  }
+  return ev;
+}
+
+}  // namespace dpg::model

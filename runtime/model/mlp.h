@@ -1,0 +1,92 @@
+// A multilayer perceptron on the CPU: dense layers through BLAS sgemm, float32, softmax
+// cross-entropy. This is the reference every faster path is compared against.
+//
+// Parameters live in one flat vector, layer by layer: W_l (out_l, in_l) row-major, then b_l (out_l).
+// The backward pass keeps each layer's output gradient per example, so a per-example gradient norm
+// can be had without materialising per-example gradients ("ghost" norms): for a dense layer the
+// gradient of example i is g_i a_i^T (plus g_i for the bias), whose squared norm is
+// |g_i|^2 (|a_i|^2 + 1).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace dpg::model {
+
+enum class Activation { relu, tanh };
+
+Activation parse_activation(const std::string& name);  // "relu" | "tanh"
+std::string activation_name(Activation a);
+
+struct MlpSpec {
+  int inputs = 0;
+  std::vector<int> hidden;
+  int classes = 0;
+  Activation activation = Activation::relu;
+
+  std::vector<int> widths() const;  // inputs, hidden..., classes
+};
+
+// Per-batch buffers, grown on demand and reused from step to step.
+struct Workspace {
+  std::size_t batch = 0;
+  std::vector<std::vector<float>> act;   // act[l]: (batch, width_l); act[0] is the input
+  std::vector<std::vector<float>> grad;  // grad[l]: (batch, width_{l+1}), dloss_i / dz_{l+1}
+  std::vector<float> loss;               // (batch) per-example loss
+  void resize(const MlpSpec& spec, std::size_t batch);
+  std::span<float> input() { return {act[0].data(), batch * (act[0].size() / capacity)}; }
+  std::size_t capacity = 0;              // rows the buffers hold
+};
+
+class Mlp {
+ public:
+  // PyTorch's default initialisation for nn.Linear: weights and biases U(-1/sqrt(in), 1/sqrt(in)).
+  Mlp(MlpSpec spec, std::uint64_t seed);
+
+  const MlpSpec& spec() const { return spec_; }
+  std::size_t num_params() const { return params_.size(); }
+  std::span<float> params() { return params_; }
+  std::span<const float> params() const { return params_; }
+  int num_layers() const { return static_cast<int>(spec_.hidden.size()) + 1; }
+
+  // Runs the layers on ws.act[0] (batch, inputs), which the caller fills (see Workspace::input),
+  // leaving every layer's output in ws.act and the logits in ws.act.back().
+  void forward(Workspace& ws) const;
+
+  // Softmax cross-entropy of the logits in ws against labels: per-example losses into ws.loss and,
+  // when `backward` is set, the per-example output gradients of every layer into ws.grad.
+  // Returns the number of correct predictions.
+  std::size_t loss_and_backward(std::span<const std::int32_t> labels, Workspace& ws,
+                                bool backward) const;
+
+  // Squared norm of each example's whole gradient (all layers): out (batch).
+  void per_example_sq_norms(const Workspace& ws, std::span<float> out) const;
+
+  // grad_out (num_params) += sum_i scale_i * grad_i, with scale = 1 when `scale` is empty.
+  // Scales ws.grad rows in place.
+  void accumulate_gradient(Workspace& ws, std::span<const float> scale,
+                           std::span<float> grad_out) const;
+
+  // Loss sum and correct predictions over a whole split, in chunks, without gradients.
+  struct Evaluation {
+    double loss_sum = 0.0;
+    std::size_t correct = 0;
+    std::size_t rows = 0;
+  };
+  Evaluation evaluate(std::span<const float> x, std::span<const std::int32_t> labels,
+                      Workspace& ws) const;
+
+ private:
+  std::size_t weight_offset(int layer) const { return offsets_[layer]; }
+  std::size_t bias_offset(int layer) const;
+
+  MlpSpec spec_;
+  std::vector<int> widths_;
+  std::vector<std::size_t> offsets_;
+  std::vector<float> params_;
+};
+
+}  // namespace dpg::model

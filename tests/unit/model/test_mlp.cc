@@ -1,0 +1,131 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "runtime/core/rng.h"
+#include "runtime/model/mlp.h"
+
+using dpg::model::Activation;
+using dpg::model::Mlp;
+using dpg::model::MlpSpec;
+using dpg::model::Workspace;
+
+namespace {
+
+struct Batch {
+  std::vector<float> x;
+  std::vector<std::int32_t> y;
+};
+
+Batch random_batch(const MlpSpec& spec, std::size_t n, std::uint64_t seed) {
+  dpg::Rng rng(seed);
+  Batch b;
+  for (std::size_t i = 0; i < n * spec.inputs; ++i) b.x.push_back(static_cast<float>(rng.normal()));
+  for (std::size_t i = 0; i < n; ++i) b.y.push_back(static_cast<std::int32_t>(rng.below(spec.classes)));
+  return b;
+}
+
+double loss_sum(const Mlp& m, const Batch& b, Workspace& ws) {
+  ws.resize(m.spec(), b.y.size());
+  std::copy(b.x.begin(), b.x.end(), ws.act[0].begin());
+  m.forward(ws);
+  m.loss_and_backward(b.y, ws, false);
+  double s = 0;
+  for (std::size_t i = 0; i < b.y.size(); ++i) s += ws.loss[i];
+  return s;
+}
+
+std::vector<float> gradient(const Mlp& m, const Batch& b, Workspace& ws) {
+  ws.resize(m.spec(), b.y.size());
+  std::copy(b.x.begin(), b.x.end(), ws.act[0].begin());
+  m.forward(ws);
+  m.loss_and_backward(b.y, ws, true);
+  std::vector<float> g(m.num_params(), 0.0f);
+  m.accumulate_gradient(ws, {}, g);
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("mlp: backward matches central finite differences") {
+  for (Activation act : {Activation::tanh, Activation::relu}) {
+    MlpSpec spec{6, {7, 5}, 4, act};
+    Mlp m(spec, 3);
+    const Batch b = random_batch(spec, 9, 5);
+    Workspace ws;
+    const std::vector<float> g = gradient(m, b, ws);
+    int checked = 0;
+    for (std::size_t p = 0; p < m.num_params(); ++p) {
+      const float saved = m.params()[p];
+      const float h = act == Activation::relu ? 1e-3f : 1e-2f;
+      m.params()[p] = saved + h;
+      const double up = loss_sum(m, b, ws);
+      m.params()[p] = saved - h;
+      const double down = loss_sum(m, b, ws);
+      m.params()[p] = saved;
+      const double fd = (up - down) / (2.0 * h);
+      CHECK(std::abs(fd - g[p]) <= 2e-3 + 2e-2 * std::abs(fd));
+      ++checked;
+    }
+    CHECK(checked == static_cast<int>(m.num_params()));
+  }
+}
+
+TEST_CASE("mlp: ghost per-example norms equal the norms of materialised per-example gradients") {
+  MlpSpec spec{10, {8, 6}, 3, Activation::tanh};
+  Mlp m(spec, 1);
+  const std::size_t n = 12;
+  const Batch b = random_batch(spec, n, 2);
+  Workspace ws;
+  ws.resize(spec, n);
+  std::copy(b.x.begin(), b.x.end(), ws.act[0].begin());
+  m.forward(ws);
+  m.loss_and_backward(b.y, ws, true);
+  std::vector<float> ghost(n);
+  m.per_example_sq_norms(ws, ghost);
+  for (std::size_t i = 0; i < n; ++i) {
+    Batch one{{b.x.begin() + i * spec.inputs, b.x.begin() + (i + 1) * spec.inputs}, {b.y[i]}};
+    Workspace w1;
+    const auto g = gradient(m, one, w1);
+    double sq = 0;
+    for (float v : g) sq += static_cast<double>(v) * v;
+    CHECK(ghost[i] == doctest::Approx(sq).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("mlp: parameters are PyTorch-style uniform and seeded") {
+  MlpSpec spec{100, {50}, 10, Activation::relu};
+  Mlp a(spec, 7), b(spec, 7), c(spec, 8);
+  CHECK(a.num_params() == 50u * 101 + 10u * 51);
+  bool same = true, differs = false;
+  for (std::size_t i = 0; i < a.num_params(); ++i) {
+    same = same && a.params()[i] == b.params()[i];
+    differs = differs || a.params()[i] != c.params()[i];
+    CHECK(std::abs(a.params()[i]) <= 1.0f / std::sqrt(50.0f) + 1e-6f);
+  }
+  CHECK(same);
+  CHECK(differs);
+  for (std::size_t i = 0; i < 50u * 101; ++i) CHECK(std::abs(a.params()[i]) <= 0.1f + 1e-6f);
+}
+
+TEST_CASE("mlp: evaluate counts correct predictions over chunks") {
+  MlpSpec spec{4, {3}, 2, Activation::relu};
+  Mlp m(spec, 0);
+  const Batch b = random_batch(spec, 3000, 9);
+  Workspace ws;
+  const auto ev = m.evaluate(b.x, b.y, ws);
+  CHECK(ev.rows == 3000);
+  // The same count by hand, one example at a time.
+  std::size_t correct = 0;
+  for (std::size_t i = 0; i < 3000; ++i) {
+    Workspace w1;
+    w1.resize(spec, 1);
+    std::copy_n(b.x.begin() + i * 4, 4, w1.act[0].begin());
+    m.forward(w1);
+    correct += m.loss_and_backward(std::span(&b.y[i], 1), w1, false);
+  }
+  CHECK(ev.correct == correct);
+  CHECK(std::isfinite(ev.loss_sum));
+}
