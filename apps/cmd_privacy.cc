@@ -1,4 +1,153 @@
+// `dpgossip privacy`: epsilon of DP-SGD with Poisson sampling (RDP accountant), or the smallest
+// noise multiplier that meets a target epsilon. See docs/PRIVACY.md.
+#include <charconv>
+#include <cmath>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
 #include "apps/commands.h"
+#include "dp/accountant.h"
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+
 namespace dpg::app {
-void add_privacy(CLI::App& app) { (void)app; }
+namespace {
+
+struct PrivacyFlags {
+  double sample_rate = 0;
+  double noise_multiplier = 0;
+  double target_epsilon = 0;
+  long long steps = 0;
+  double epochs = 0;
+  double delta = 0;
+  bool json = false;
+  CLI::Option* sample_rate_opt = nullptr;
+  CLI::Option* noise_multiplier_opt = nullptr;
+  CLI::Option* target_epsilon_opt = nullptr;
+  CLI::Option* steps_opt = nullptr;
+  CLI::Option* epochs_opt = nullptr;
+  CLI::Option* delta_opt = nullptr;
+};
+
+std::string fmt(double v) {
+  std::ostringstream os;
+  os << std::setprecision(6) << v;
+  return os.str();
+}
+
+// Shortest text that reads back as the same double, for error messages.
+std::string exact(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+[[noreturn]] void bad_flag(const std::string& message) { fail(Code::invalid_argument, message); }
+
+bool given(const CLI::Option* opt) { return opt->count() > 0; }
+
+// Everything is checked here, before any computation, so that each message names its flag.
+void validate(const PrivacyFlags& f) {
+  if (!given(f.sample_rate_opt))
+    bad_flag("--sample-rate is required (the Poisson sampling rate: expected batch / dataset size)");
+  if (!(f.sample_rate > 0.0 && f.sample_rate <= 1.0))
+    bad_flag("--sample-rate must be in (0, 1], got " + exact(f.sample_rate));
+  if (given(f.noise_multiplier_opt) == given(f.target_epsilon_opt))
+    bad_flag("give exactly one of --noise-multiplier and --target-epsilon");
+  if (given(f.noise_multiplier_opt) &&
+      !(f.noise_multiplier > 0.0 && std::isfinite(f.noise_multiplier)))
+    bad_flag("--noise-multiplier must be finite and > 0, got " + exact(f.noise_multiplier));
+  if (given(f.target_epsilon_opt) && !(f.target_epsilon > 0.0 && std::isfinite(f.target_epsilon)))
+    bad_flag("--target-epsilon must be finite and > 0, got " + exact(f.target_epsilon));
+  if (given(f.steps_opt) == given(f.epochs_opt))
+    bad_flag("give exactly one of --steps and --epochs");
+  if (given(f.steps_opt) && f.steps < 1)
+    bad_flag("--steps must be >= 1, got " + std::to_string(f.steps));
+  if (given(f.epochs_opt) && !(f.epochs > 0.0 && std::isfinite(f.epochs)))
+    bad_flag("--epochs must be finite and > 0, got " + exact(f.epochs));
+  if (!given(f.delta_opt)) bad_flag("--delta is required (e.g. 1e-5, below 1 / dataset size)");
+  if (!(f.delta > 0.0 && f.delta < 1.0))
+    bad_flag("--delta must be in (0, 1), got " + exact(f.delta));
+}
+
+void run_privacy(const PrivacyFlags& f) {
+  validate(f);
+  const long long steps =
+      given(f.steps_opt) ? f.steps : dp::steps_for_epochs(f.epochs, f.sample_rate);
+  double sigma = f.noise_multiplier;
+  if (given(f.target_epsilon_opt)) {
+    try {
+      sigma = dp::calibrate_noise_multiplier(f.sample_rate, steps, f.delta, f.target_epsilon);
+    } catch (const Error& e) {
+      fail(e.code(), std::string("--target-epsilon: ") + e.what());
+    }
+  }
+  const dp::PrivacySpent spent = dp::epsilon_for(f.sample_rate, sigma, steps, f.delta);
+  const bool edge = dp::at_grid_edge(dp::default_orders(), spent.best_alpha);
+  if (edge)
+    DPG_WARN("privacy: the best RDP order (alpha = "
+             << spent.best_alpha << ") is at the edge of the order grid [1.1, 63]; the true "
+             << "epsilon may be smaller than reported (the bound stays valid)");
+
+  if (f.json) {
+    nlohmann::json j = {{"accountant", "poisson_gaussian_rdp"},
+                        {"epsilon", spent.epsilon},
+                        {"best_alpha", spent.best_alpha},
+                        {"best_alpha_at_grid_edge", edge},
+                        {"noise_multiplier", sigma},
+                        {"sample_rate", f.sample_rate},
+                        {"steps", steps},
+                        {"delta", f.delta}};
+    if (given(f.epochs_opt)) j["epochs"] = f.epochs;
+    if (given(f.target_epsilon_opt)) j["target_epsilon"] = f.target_epsilon;
+    std::cout << j.dump() << "\n";
+    return;
+  }
+  std::cout << "Poisson-subsampled Gaussian, RDP accountant (add/remove adjacency)\n";
+  std::cout << "  sample rate        " << fmt(f.sample_rate) << "\n";
+  if (given(f.epochs_opt))
+    std::cout << "  steps              " << steps << "  (ceil(" << fmt(f.epochs) << " epochs / "
+              << fmt(f.sample_rate) << "))\n";
+  else
+    std::cout << "  steps              " << steps << "\n";
+  std::cout << "  delta              " << fmt(f.delta) << "\n";
+  if (given(f.target_epsilon_opt)) {
+    std::cout << "  target epsilon     " << fmt(f.target_epsilon) << "\n";
+    std::cout << "  noise multiplier   " << fmt(sigma) << "  (smallest meeting the target)\n";
+  } else {
+    std::cout << "  noise multiplier   " << fmt(sigma) << "\n";
+  }
+  std::cout << "  epsilon            " << fmt(spent.epsilon) << "\n";
+  std::cout << "  best RDP order     " << fmt(spent.best_alpha) << (edge ? "  (grid edge)" : "")
+            << "\n";
+}
+
+}  // namespace
+
+void add_privacy(CLI::App& app) {
+  auto flags = std::make_shared<PrivacyFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "privacy",
+      "Epsilon of DP-SGD with Poisson sampling (RDP, Opacus's orders), or with "
+      "--target-epsilon the smallest noise multiplier that meets a target");
+  flags->sample_rate_opt = cmd->add_option("--sample-rate", flags->sample_rate,
+                                           "Poisson sampling rate q in (0, 1]");
+  flags->noise_multiplier_opt = cmd->add_option(
+      "--noise-multiplier", flags->noise_multiplier,
+      "noise standard deviation / clipping norm (sigma > 0)");
+  flags->target_epsilon_opt =
+      cmd->add_option("--target-epsilon", flags->target_epsilon,
+                      "instead of --noise-multiplier: find the smallest one meeting this epsilon");
+  flags->steps_opt = cmd->add_option("--steps", flags->steps, "number of steps (>= 1)");
+  flags->epochs_opt = cmd->add_option("--epochs", flags->epochs,
+                                      "instead of --steps: steps = ceil(epochs / sample rate)");
+  flags->delta_opt = cmd->add_option("--delta", flags->delta, "delta in (0, 1)");
+  cmd->add_flag("--json", flags->json, "print one JSON object instead of text");
+  cmd->callback([flags] { run_privacy(*flags); });
+}
+
 }  // namespace dpg::app

@@ -10,6 +10,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "dpgossip 0.1.0");
   dpg::app::add_prepare(app);
   dpg::app::add_privacy(app);
+  dpg::app::add_train(app);
+  dpg::app::add_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

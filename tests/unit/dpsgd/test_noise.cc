@@ -42,9 +42,14 @@ TEST_CASE("noise: N(0, stddev^2) moments, tails and independence") {
   CHECK(m.var == doctest::Approx(4.0).epsilon(0.01));
   CHECK(m.kurtosis == doctest::Approx(3.0).epsilon(0.02));
   CHECK(m.beyond2 == doctest::Approx(0.0455).epsilon(0.03));
-  // Neighbouring coordinates (the two halves of a Box-Muller pair) and two keys are uncorrelated.
-  double pair = 0, keys = 0;
-  for (std::size_t i = 0; i + 1 < n; i += 2) pair += a[i] * a[i + 1];
+  // The two halves of a Box-Muller pair (positions j and j + 128 of a 256 block), neighbours,
+  // and two keys are uncorrelated.
+  double pair = 0, next = 0, keys = 0;
+  for (std::size_t b = 0; b < n; b += 256) {
+    for (std::size_t j = 0; j < 128; ++j) pair += a[b + j] * a[b + 128 + j];
+  }
+  for (std::size_t i = 0; i + 1 < n; i += 2) next += a[i] * a[i + 1];
+  CHECK(std::abs(next / (n / 2) / 4.0) < 0.01);
   for (std::size_t i = 0; i < n; ++i) keys += a[i] * b[i];
   CHECK(std::abs(pair / (n / 2) / 4.0) < 0.01);
   CHECK(std::abs(keys / n / 4.0) < 0.01);

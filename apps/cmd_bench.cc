@@ -1,0 +1,202 @@
+// dpgossip bench step: samples/s of the non-private and the DP-SGD step of an MLP, optionally
+// side by side with PyTorch's non-private step run by tools/bench_torch_mlp.py in the same command.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "apps/commands.h"
+#include "apps/parse.h"
+#include "dp/mechanism.h"
+#include "runtime/core/error.h"
+#include "runtime/core/json_io.h"
+#include "runtime/core/rng.h"
+#include "runtime/model/blas_threads.h"
+#include "runtime/model/mlp.h"
+#include "runtime/train/gradient.h"
+#include "runtime/train/optimizer.h"
+
+namespace dpg::app {
+namespace {
+
+struct StepBenchOptions {
+  std::string widths = "784,256,256,10";
+  std::string activation = "relu";
+  std::string threads = "1,2";
+  int batch = 256;
+  double seconds = 1.0;
+  int repeats = 5;
+  std::string baseline;  // "" or "torch"
+  std::string torch_script = "tools/bench_torch_mlp.py";
+  std::string python = "/usr/bin/python3";
+  bool json = false;
+};
+
+struct Row {
+  std::string backend, mode;
+  int threads = 0;
+  int batch = 0;
+  double samples_per_second = 0;
+};
+
+Json row_json(const Row& r) {
+  return {{"backend", r.backend}, {"mode", r.mode}, {"threads", r.threads}, {"batch", r.batch},
+          {"samples_per_second", r.samples_per_second}};
+}
+
+// Median samples/s over `repeats` timed windows of about `seconds / repeats` each.
+double time_steps(const model::MlpSpec& spec, bool dp, const StepBenchOptions& o) {
+  model::Mlp mlp(spec, 1);
+  model::Workspace ws;
+  ws.resize(spec, o.batch);
+  Rng rng(2);
+  for (auto& v : ws.input()) v = static_cast<float>(rng.normal());
+  std::vector<std::int32_t> labels(o.batch);
+  for (auto& l : labels) l = static_cast<std::int32_t>(rng.below(spec.classes));
+  dp::MechanismOptions mo;
+  mo.enabled = dp;
+  mo.clip_norm = 1.0f;
+  mo.noise_multiplier = 1.0;
+  mo.expected_batch = o.batch;
+  dp::GaussianMechanism mech(mlp.num_params(), mo, 3, 0);
+  train::Sgd sgd(mlp.num_params(), {.lr = 1e-3, .momentum = 0.9});
+  train::StepStats stats;
+  auto step = [&] {
+    auto g = train::private_gradient(mlp, ws, labels, mech, stats);
+    sgd.apply(mlp.params(), g);
+  };
+  for (int i = 0; i < 10; ++i) step();
+  std::vector<double> rates;
+  const double window = o.seconds / o.repeats;
+  for (int r = 0; r < o.repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    long steps = 0;
+    double elapsed = 0;
+    do {
+      step();
+      ++steps;
+      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } while (elapsed < window && steps < 1000000);
+    rates.push_back(static_cast<double>(steps) * o.batch / elapsed);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+std::vector<Row> torch_rows(const StepBenchOptions& o) {
+  std::ostringstream cmd;
+  cmd << "OMP_WAIT_POLICY=PASSIVE " << o.python << " " << o.torch_script << " --widths " << o.widths
+      << " --activation " << o.activation << " --threads " << o.threads << " --batch " << o.batch
+      << " --seconds " << o.seconds << " --repeats " << o.repeats;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.str().c_str(), "r"), pclose);
+  if (!pipe) fail(Code::failed_precondition, "bench: cannot run " + cmd.str());
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe.get()) != nullptr) out += buf;
+  const int status = pclose(pipe.release());
+  if (status != 0) {
+    fail(Code::failed_precondition, "bench: the PyTorch baseline failed (" + o.torch_script +
+                                        "; needs Debian's python3-torch): " + cmd.str());
+  }
+  std::vector<Row> rows;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    const Json j = Json::parse(line);
+    rows.push_back({"torch", j.at("mode"), j.at("threads"), j.at("batch"),
+                    j.at("samples_per_second")});
+  }
+  return rows;
+}
+
+void print_rows(const std::vector<Row>& rows, bool json) {
+  if (json) {
+    for (const auto& r : rows) std::cout << row_json(r).dump() << "\n";
+    return;
+  }
+  std::cout << std::left << std::setw(10) << "backend" << std::setw(8) << "mode" << std::setw(9)
+            << "threads" << std::setw(7) << "batch" << "samples/s\n";
+  for (const auto& r : rows) {
+    std::cout << std::left << std::setw(10) << r.backend << std::setw(8) << r.mode << std::setw(9)
+              << r.threads << std::setw(7) << r.batch << std::fixed << std::setprecision(0)
+              << r.samples_per_second << "\n";
+  }
+}
+
+double rate_of(const std::vector<Row>& rows, const std::string& backend, const std::string& mode,
+               int threads) {
+  for (const auto& r : rows) {
+    if (r.backend == backend && r.mode == mode && r.threads == threads) return r.samples_per_second;
+  }
+  return 0.0;
+}
+
+void print_ratios(const std::vector<Row>& rows, const std::vector<int>& threads, bool torch) {
+  for (int t : threads) {
+    const double sgd = rate_of(rows, "dpgossip", "sgd", t);
+    const double dp = rate_of(rows, "dpgossip", "dpsgd", t);
+    std::cout << "threads " << t << ": dpsgd step costs " << std::setprecision(3) << sgd / dp
+              << "x the sgd step";
+    if (torch) {
+      const double ts = rate_of(rows, "torch", "sgd", t);
+      std::cout << "; dpgossip dpsgd / torch sgd = " << dp / ts
+                << ", dpgossip sgd / torch sgd = " << sgd / ts;
+    }
+    std::cout << "\n";
+  }
+}
+
+void run_step_bench(const StepBenchOptions& o) {
+  model::MlpSpec spec;
+  const auto widths = parse_int_list(o.widths, "--widths");
+  if (widths.size() < 2) fail(Code::invalid_argument, "--widths: need at least inputs,classes");
+  spec.inputs = widths.front();
+  spec.classes = widths.back();
+  spec.hidden.assign(widths.begin() + 1, widths.end() - 1);
+  spec.activation = model::parse_activation(o.activation);
+  if (o.batch < 1) fail(Code::invalid_argument, "--batch: must be at least 1");
+  if (o.baseline != "" && o.baseline != "torch") {
+    fail(Code::invalid_argument, "--baseline: expected torch, got \"" + o.baseline + "\"");
+  }
+  const auto threads = parse_int_list(o.threads, "--threads");
+  std::vector<Row> rows;
+  for (int t : threads) {
+    model::set_blas_threads(t);
+    for (bool dp : {false, true}) {
+      rows.push_back({"dpgossip", dp ? "dpsgd" : "sgd", t, o.batch, time_steps(spec, dp, o)});
+    }
+  }
+  if (o.baseline == "torch") {
+    const auto torch = torch_rows(o);
+    rows.insert(rows.end(), torch.begin(), torch.end());
+  }
+  print_rows(rows, o.json);
+  if (!o.json) print_ratios(rows, threads, o.baseline == "torch");
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks that print figures");
+  bench->require_subcommand(1);
+  auto o = std::make_shared<StepBenchOptions>();
+  auto* step = bench->add_subcommand("step", "samples/s of the SGD and DP-SGD step of an MLP");
+  step->add_option("--widths", o->widths, "layer widths, inputs to classes")->capture_default_str();
+  step->add_option("--activation", o->activation, "relu or tanh")->capture_default_str();
+  step->add_option("--threads", o->threads, "BLAS thread counts to run")->capture_default_str();
+  step->add_option("--batch", o->batch, "batch size")->capture_default_str();
+  step->add_option("--seconds", o->seconds, "timed seconds per row")->capture_default_str();
+  step->add_option("--repeats", o->repeats, "timed windows per row (median)")->capture_default_str();
+  step->add_option("--baseline", o->baseline, "torch: also run PyTorch's step in this command");
+  step->add_option("--torch-script", o->torch_script, "path of the PyTorch script")->capture_default_str();
+  step->add_option("--python", o->python, "Python interpreter with torch")->capture_default_str();
+  step->add_flag("--json", o->json, "one JSON object per row");
+  step->callback([o] { run_step_bench(*o); });
+}
+
+}  // namespace dpg::app

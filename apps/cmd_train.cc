@@ -1,0 +1,139 @@
+// dpgossip train: config from a JSON file, every field overridable by a flag; prepares
+// Fashion-MNIST first when the data folder has no manifest yet.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "apps/commands.h"
+#include "apps/parse.h"
+#include "runtime/core/error.h"
+#include "runtime/core/json_io.h"
+#include "runtime/core/log.h"
+#include "runtime/core/train_config.h"
+#include "runtime/data/dataset.h"
+#include "runtime/train/trainer.h"
+
+namespace dpg::app {
+namespace {
+
+struct TrainFlags {
+  std::string config_file;
+  TrainConfig c;        // holds the flag values; only flags actually given override the file
+  std::string hidden;
+  bool no_dp = false;
+  bool json = false;
+};
+
+// Applies each flag that was given on the command line over the config read from the file.
+TrainConfig merge(const CLI::App& cmd, const TrainFlags& f) {
+  TrainConfig c = f.config_file.empty() ? TrainConfig{}
+                                         : train_config_from_json(read_json_file(f.config_file),
+                                                                  f.config_file + ":");
+  auto given = [&](const char* flag) { return cmd.get_option(flag)->count() > 0; };
+  const TrainConfig& v = f.c;
+  if (given("--data")) c.data = v.data;
+  if (given("--hidden")) c.hidden = parse_int_list(f.hidden, "--hidden");
+  if (given("--activation")) c.activation = v.activation;
+  if (given("--epochs")) c.epochs = v.epochs;
+  if (given("--batch-size")) c.batch_size = v.batch_size;
+  if (given("--sampling")) c.sampling = v.sampling;
+  if (given("--lr")) c.lr = v.lr;
+  if (given("--momentum")) c.momentum = v.momentum;
+  if (given("--weight-decay")) c.weight_decay = v.weight_decay;
+  if (given("--lr-schedule")) c.lr_schedule = v.lr_schedule;
+  if (given("--ema-decay")) c.ema_decay = v.ema_decay;
+  if (given("--clip-norm")) c.clip_norm = v.clip_norm;
+  if (given("--noise-multiplier")) c.noise_multiplier = v.noise_multiplier;
+  if (given("--target-epsilon")) {
+    c.target_epsilon = v.target_epsilon;
+    if (!given("--noise-multiplier")) c.noise_multiplier = 0;  // calibrate to the new target
+  }
+  if (given("--delta")) c.delta = v.delta;
+  if (given("--seed")) c.seed = v.seed;
+  if (given("--threads")) c.threads = v.threads;
+  if (given("--metrics")) c.metrics = v.metrics;
+  if (f.no_dp) c.dp = false;
+  try {
+    validate(c);
+  } catch (const Error& e) {
+    fail(e.code(), std::string("train: configuration ") + e.what());
+  }
+  return c;
+}
+
+data::Prepared load_or_prepare(const TrainConfig& c) {
+  if (!std::filesystem::exists(std::filesystem::path(c.data) / "manifest.json")) {
+    DPG_INFO("train: " << c.data << " has no manifest.json; preparing Fashion-MNIST there first");
+    data::PrepareOptions p;
+    p.out_dir = c.data;
+    data::prepare(p);
+  }
+  return data::load_prepared(c.data, 0, 1);
+}
+
+void append_metrics(const std::string& path, const Json& line) {
+  if (path.empty()) return;
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  std::ofstream out(path, std::ios::app);
+  if (!out) fail(Code::failed_precondition, "metrics: cannot append to " + path);
+  out << line.dump() << "\n";
+}
+
+void run_train(const CLI::App& cmd, const TrainFlags& flags) {
+  const TrainConfig c = merge(cmd, flags);
+  train::Trainer trainer(c, load_or_prepare(c));
+  const int epochs = static_cast<int>(std::ceil(c.epochs - 1e-9));
+  const auto summary = trainer.run([&](const train::EpochReport& r) {
+    std::cerr << train::progress_line(r, epochs) << std::endl;
+    Json line = r.to_json();
+    line["algo"] = "single";
+    line["rank"] = 0;
+    line["peers"] = 1;
+    append_metrics(c.metrics, line);
+  });
+  const Json s = summary.to_json(c);
+  if (flags.json) {
+    std::cout << s.dump() << std::endl;
+    return;
+  }
+  std::cout << "test accuracy " << 100 * summary.test_accuracy << "%, epsilon "
+            << (c.dp ? std::to_string(summary.epsilon) : std::string("inf (no DP)"))
+            << " at delta " << c.delta << ", noise multiplier " << summary.noise_multiplier
+            << ", " << summary.steps << " steps, " << summary.samples_per_second
+            << " samples/s\n";
+}
+
+}  // namespace
+
+void add_train(CLI::App& app) {
+  auto f = std::make_shared<TrainFlags>();
+  auto* cmd = app.add_subcommand("train", "Train with DP-SGD (defaults: the documented recipe)");
+  TrainConfig& c = f->c;
+  const TrainConfig d;
+  cmd->add_option("--config", f->config_file, "JSON config file; flags override its fields");
+  cmd->add_option("--data", c.data, "prepared data folder (default " + d.data + ")");
+  cmd->add_option("--hidden", f->hidden, "hidden widths, e.g. 256,256");
+  cmd->add_option("--activation", c.activation, "relu or tanh (default " + d.activation + ")");
+  cmd->add_option("--epochs", c.epochs, "epochs");
+  cmd->add_option("--batch-size", c.batch_size, "expected batch size (Poisson: q * n)");
+  cmd->add_option("--sampling", c.sampling, "poisson or shuffle");
+  cmd->add_option("--lr", c.lr, "learning rate");
+  cmd->add_option("--momentum", c.momentum, "SGD momentum");
+  cmd->add_option("--weight-decay", c.weight_decay, "L2 weight decay");
+  cmd->add_option("--lr-schedule", c.lr_schedule, "constant or cosine");
+  cmd->add_option("--ema-decay", c.ema_decay, "parameter average decay (0: off)");
+  cmd->add_option("--clip-norm", c.clip_norm, "per-example clip norm C");
+  cmd->add_option("--noise-multiplier", c.noise_multiplier, "sigma (noise sd is sigma * C)");
+  cmd->add_option("--target-epsilon", c.target_epsilon, "calibrate sigma to this epsilon");
+  cmd->add_option("--delta", c.delta, "delta");
+  cmd->add_option("--seed", c.seed, "seed for init, sampling and noise");
+  cmd->add_option("--threads", c.threads, "BLAS threads");
+  cmd->add_option("--metrics", c.metrics, "JSON-lines metrics file to append to ('' = none)");
+  cmd->add_flag("--no-dp", f->no_dp, "plain SGD: no clipping, no noise");
+  cmd->add_flag("--json", f->json, "print the summary as one JSON object");
+  cmd->callback([cmd, f] { run_train(*cmd, *f); });
+}
+
+}  // namespace dpg::app

@@ -1,0 +1,41 @@
+// The training configuration: one JSON file becomes this validated struct; every field can be
+// overridden on the command line. Defaults are the documented DP-SGD recipe (docs/RECIPE.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/core/json_io.h"
+
+namespace dpg {
+
+struct TrainConfig {
+  std::string data = "data/fashion-mnist";  // folder written by `dpgossip prepare`
+  std::vector<int> hidden = {256};           // hidden layer widths
+  std::string activation = "tanh";           // relu | tanh
+  double epochs = 40;
+  double batch_size = 2048;                  // expected batch size (q * n under Poisson sampling)
+  std::string sampling = "poisson";          // poisson | shuffle (fixed-size shuffled batches)
+  double lr = 4.0;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  std::string lr_schedule = "constant";      // constant | cosine
+  double ema_decay = 0.0;                    // 0: off; else average of the iterates
+  bool dp = true;                            // false: plain SGD, no clipping, no noise
+  double clip_norm = 1.0;
+  double noise_multiplier = 0.0;             // 0: calibrate to target_epsilon
+  double target_epsilon = 3.0;
+  double delta = 1e-5;
+  std::uint64_t seed = 0;
+  int threads = 2;                           // BLAS threads
+  std::string metrics = "runs/metrics.jsonl";  // JSON-lines file, appended ("" = none)
+};
+
+// Reads a config object; errors name `where` and the JSON path ("cfg.json: /lr: ...").
+TrainConfig train_config_from_json(const Json& j, const std::string& where);
+Json to_json(const TrainConfig& c);
+// Checks ranges; errors name the field.
+void validate(const TrainConfig& c);
+
+}  // namespace dpg

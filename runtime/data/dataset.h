@@ -1,0 +1,56 @@
+// The data room's public face: prepare() turns IDX or CSV files into per-peer shards plus a test
+// split and a manifest; load_prepared() gives one peer its shard back, verified. Features are
+// stored already normalised with statistics of the training split only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace dpg::data {
+
+struct Dataset {
+  std::size_t rows = 0, cols = 0;
+  int num_classes = 0;
+  std::vector<float> features;       // (rows, cols), row-major, normalised
+  std::vector<std::int32_t> labels;  // (rows)
+};
+
+struct Prepared {
+  Dataset train;
+  Dataset test;
+  nlohmann::json manifest;
+};
+
+// Loads shard `rank` of a folder written by prepare(), plus the (shared) test split. Verifies the
+// checksums and that the manifest holds exactly `world` shards; errors name the file.
+Prepared load_prepared(const std::string& dir, int rank, int world);
+
+struct PrepareOptions {
+  std::string format = "idx";                                 // "idx" or "csv"
+  std::string idx_dir = "/usr/share/datasets/fashion-mnist";  // idx: folder with the 4 files
+  std::string train_csv, test_csv;                            // csv
+  int label_column = 0;
+  int num_classes = 0;  // 0: 10 for idx, inferred for csv
+  std::string out_dir;
+  int peers = 1;
+  std::string partition = "iid";  // "iid" or "dirichlet:ALPHA"
+  // "global" (one mean/std over all train features), "feature" (per column, std floor 1e-6 -> 1),
+  // "none"
+  std::string normalize = "global";
+  std::uint64_t seed = 0;
+};
+
+// Writes out_dir (shard-NNNNN.bin per peer, test.bin, manifest.json) through a temporary sibling
+// folder renamed into place at the end; on error nothing is left behind and an existing out_dir
+// is untouched.
+void prepare(const PrepareOptions& options);
+
+// The training-set indices (of n) that peer `rank` of `world` gets under the "iid" partition:
+// PyTorch DistributedSampler style (one seeded permutation, then positions rank, rank + world, ...;
+// no padding). Any peer can compute its own shard without communication.
+std::vector<std::size_t> iid_indices(std::size_t n, int rank, int world, std::uint64_t seed);
+
+}  // namespace dpg::data

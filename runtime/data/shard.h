@@ -1,0 +1,43 @@
+// The binary shard file: a 32-byte little-endian header, then float32 features (rows, cols)
+// row-major, then int32 labels (rows), all little-endian.
+//
+//   offset 0  uint32 magic 0x53475044 (the bytes "DPGS" on disk)
+//          4  uint32 version (1)
+//          8  uint64 rows
+//         16  uint64 cols
+//         24  uint32 num_classes
+//         28  uint32 reserved (0)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/data/dataset.h"
+
+namespace dpg::data {
+
+inline constexpr std::uint32_t kShardMagic = 0x53475044;
+inline constexpr std::uint32_t kShardVersion = 1;
+inline constexpr std::size_t kShardHeaderBytes = 32;
+
+// Size in bytes of a shard file with this shape.
+std::size_t shard_file_bytes(std::size_t rows, std::size_t cols);
+
+// The file bytes for the rows `indices` of `source` (in that order).
+std::vector<unsigned char> encode_shard(const Dataset& source,
+                                        std::span<const std::size_t> indices);
+
+// What the manifest says a shard file should be.
+struct ShardExpectation {
+  std::size_t rows = 0, cols = 0;
+  int num_classes = 0;
+  std::uint32_t crc32 = 0;
+};
+
+// Reads and verifies a shard file (size, checksum, header, label range); every error names `path`.
+Dataset read_shard(const std::string& path, const ShardExpectation& expect);
+
+}  // namespace dpg::data

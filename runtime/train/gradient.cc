@@ -1,0 +1,33 @@
+#include "runtime/train/gradient.h"
+
+#include "dp/clip.h"
+
+namespace dpg::train {
+
+dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
+                                     std::span<const std::int32_t> labels,
+                                     dp::GaussianMechanism& mechanism, StepStats& stats) {
+  const std::size_t batch = ws.batch;
+  stats = StepStats{};
+  stats.batch = batch;
+  std::span<float> sum = mechanism.begin_step();
+  if (batch > 0) {
+    model.forward(ws);
+    stats.correct = model.loss_and_backward(labels, ws, true);
+    for (std::size_t i = 0; i < batch; ++i) stats.loss_sum += ws.loss[i];
+    if (mechanism.options().enabled) {
+      thread_local std::vector<float> sq_norms, scale;
+      sq_norms.resize(batch);
+      scale.resize(batch);
+      model.per_example_sq_norms(ws, sq_norms);
+      stats.dropped = dp::clip_factors(sq_norms, mechanism.options().clip_norm, scale);
+      for (float s : scale) stats.clipped += (s < 1.0f && s > 0.0f) ? 1 : 0;
+      model.accumulate_gradient(ws, scale, sum);
+    } else {
+      model.accumulate_gradient(ws, {}, sum);
+    }
+  }
+  return mechanism.release();
+}
+
+}  // namespace dpg::train

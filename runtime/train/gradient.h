@@ -1,0 +1,29 @@
+// The gradient half of a training step, shared by the trainer and the step benchmark: forward,
+// backward with per-example norms, clipping, and the Gaussian mechanism.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "dp/mechanism.h"
+#include "runtime/model/mlp.h"
+
+namespace dpg::train {
+
+struct StepStats {
+  std::size_t batch = 0;        // realised batch size
+  double loss_sum = 0.0;        // sum of per-example losses
+  std::size_t correct = 0;      // correct predictions in the batch (before the update)
+  std::size_t dropped = 0;      // examples with a non-finite gradient, left out of the sum
+  std::size_t clipped = 0;      // examples whose gradient norm exceeded C
+};
+
+// ws.act[0] holds the batch (ws.batch rows); labels has ws.batch entries. With the mechanism
+// enabled each example's gradient is clipped to C before the sum; the sum is noised once.
+dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
+                                     std::span<const std::int32_t> labels,
+                                     dp::GaussianMechanism& mechanism, StepStats& stats);
+
+}  // namespace dpg::train

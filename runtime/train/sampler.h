@@ -1,0 +1,41 @@
+// Which examples a step sees. Poisson sampling (each example joins independently with
+// probability q) is what the accountant analyses; fixed-size shuffled batches are an option whose
+// epsilon is then only nominal.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "runtime/core/rng.h"
+
+namespace dpg::train {
+
+class PoissonSampler {
+ public:
+  PoissonSampler(std::size_t n, double q, Rng rng);
+  // Indices of this step's batch, ascending; may be empty.
+  const std::vector<std::size_t>& next();
+
+ private:
+  std::size_t n_;
+  double q_;
+  double log1m_q_;
+  Rng rng_;
+  std::vector<std::size_t> batch_;
+};
+
+class ShuffleSampler {
+ public:
+  ShuffleSampler(std::size_t n, std::size_t batch, Rng rng);
+  const std::vector<std::size_t>& next();
+
+ private:
+  std::vector<std::size_t> order_;
+  std::size_t batch_size_;
+  std::size_t pos_;
+  Rng rng_;
+  std::vector<std::size_t> batch_;
+};
+
+}  // namespace dpg::train

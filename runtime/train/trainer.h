@@ -1,0 +1,65 @@
+// Training on one peer: Poisson-sampled DP-SGD (or plain SGD) on a prepared shard, with the
+// privacy accountant stepped once per step and one report per epoch.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "runtime/core/json_io.h"
+#include "runtime/core/train_config.h"
+#include "runtime/data/dataset.h"
+
+namespace dpg::train {
+
+struct EpochReport {
+  int epoch = 0;
+  long long step = 0;
+  double wall_s = 0;             // since the start of training
+  double loss = 0;               // mean per-example training loss over the epoch's batches
+  double train_accuracy = 0;     // over the epoch's batches, before each update
+  double test_accuracy = 0;      // of the released model (the parameter average when on)
+  double test_loss = 0;
+  double epsilon = 0;            // spent so far (infinite when DP is off)
+  double samples_per_second = 0; // training throughput, evaluation excluded
+  double lr = 0;
+  Json to_json() const;
+};
+
+struct TrainSummary {
+  double test_accuracy = 0;
+  double test_accuracy_last_iterate = 0;
+  double epsilon = 0;
+  double best_alpha = 0;
+  double noise_multiplier = 0;
+  double sample_rate = 0;
+  long long steps = 0;
+  double samples_per_second = 0;
+  double wall_s = 0;
+  long long dropped_examples = 0;
+  Json accountant;               // the accountant's state, for a checkpoint
+  Json to_json(const TrainConfig& config) const;
+};
+
+class Trainer {
+ public:
+  Trainer(TrainConfig config, data::Prepared data);
+  // Runs every step; calls on_epoch after each epoch's evaluation.
+  TrainSummary run(const std::function<void(const EpochReport&)>& on_epoch);
+
+  const TrainConfig& config() const { return config_; }
+  double sample_rate() const { return q_; }
+  long long total_steps() const { return total_steps_; }
+  double noise_multiplier() const { return sigma_; }
+
+ private:
+  TrainConfig config_;
+  data::Prepared data_;
+  double q_ = 0;
+  long long total_steps_ = 0;
+  double sigma_ = 0;
+};
+
+// Prints a report as one human-readable progress line.
+std::string progress_line(const EpochReport& r, int total_epochs);
+
+}  // namespace dpg::train

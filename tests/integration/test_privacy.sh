@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# `dpgossip privacy` end to end: Opacus's reference figures through the CLI, --epochs and
+# --target-epsilon, and bad flags that must fail with a message naming the flag.
+# Usage: test_privacy.sh path/to/dpgossip
+set -euo pipefail
+
+exe="$1"
+py=/usr/bin/python3
+failures=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# json_get JSON KEY -> the value of KEY, or exits non-zero if JSON does not parse or lacks it.
+json_get() {
+  "$py" -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"
+}
+
+# near VALUE WANT REL -> exit 0 if |VALUE - WANT| <= REL * |WANT|.
+near() {
+  "$py" -c 'import sys; v, w, r = map(float, sys.argv[1:]); sys.exit(0 if abs(v - w) <= r * abs(w) else 1)' "$1" "$2" "$3"
+}
+
+# Opacus 1.5's accountant test: q = 0.04, sigma = 1.5, 2250 steps, delta = 1e-5 -> 7.32911117143.
+out=$("$exe" privacy --sample-rate 0.04 --noise-multiplier 1.5 --steps 2250 --delta 1e-5 --json)
+for key in epsilon best_alpha noise_multiplier sample_rate steps delta; do
+  json_get "$out" "$key" >/dev/null || fail "--json output lacks '$key': $out"
+done
+eps=$(json_get "$out" epsilon)
+near "$eps" 7.32911117143 1e-6 || fail "epsilon $eps, want 7.32911117143 (Opacus)"
+[[ $(json_get "$out" steps) == 2250 ]] || fail "steps in $out"
+
+# The text output carries the same epsilon.
+text=$("$exe" privacy --sample-rate 0.04 --noise-multiplier 1.5 --steps 2250 --delta 1e-5)
+grep -Eq 'epsilon +7\.3291' <<<"$text" || fail "text output lacks epsilon 7.3291: $text"
+
+# --epochs 90 at q = 0.04 is ceil(90 / 0.04) = 2250 steps, hence the same epsilon.
+out=$("$exe" privacy --sample-rate 0.04 --noise-multiplier 1.5 --epochs 90 --delta 1e-5 --json)
+[[ $(json_get "$out" steps) == 2250 ]] || fail "--epochs 90 --sample-rate 0.04 gave $out"
+[[ $(json_get "$out" epochs) == 90.0 ]] || fail "epochs missing from $out"
+near "$(json_get "$out" epsilon)" 7.32911117143 1e-6 || fail "--epochs epsilon in $out"
+
+# Calibration: Opacus finds 1.416 for target 8 (its bisection stops within 0.01 epsilon, upper end).
+out=$("$exe" privacy --sample-rate 0.04 --target-epsilon 8 --epochs 90 --delta 1e-5 --json)
+sigma=$(json_get "$out" noise_multiplier)
+"$py" -c 'import sys; s = float(sys.argv[1]); sys.exit(0 if 1.41 <= s <= 1.4161 else 1)' "$sigma" ||
+  fail "--target-epsilon 8 gave noise multiplier $sigma, want about 1.416"
+"$py" -c 'import sys; sys.exit(0 if float(sys.argv[1]) <= 8.0 else 1)' "$(json_get "$out" epsilon)" ||
+  fail "calibrated epsilon above target: $out"
+[[ $(json_get "$out" target_epsilon) == 8.0 ]] || fail "target_epsilon missing from $out"
+
+# Bad flags: non-zero exit and a message naming the flag.
+expect_error() {
+  local flag="$1"
+  shift
+  local err rc=0
+  err=$("$exe" privacy "$@" 2>&1 >/dev/null) || rc=$?
+  if [[ $rc == 0 ]]; then
+    fail "exit 0 for: $*"
+  elif ! grep -q -- "$flag" <<<"$err"; then
+    fail "message for '$*' does not name $flag: $err"
+  fi
+}
+expect_error --sample-rate --sample-rate 0 --noise-multiplier 1 --steps 10 --delta 1e-5
+expect_error --sample-rate --sample-rate 1.5 --noise-multiplier 1 --steps 10 --delta 1e-5
+expect_error --epochs --sample-rate 0.1 --noise-multiplier 1 --steps 10 --epochs 3 --delta 1e-5
+expect_error --delta --sample-rate 0.1 --noise-multiplier 1 --steps 10
+expect_error --delta --sample-rate 0.1 --noise-multiplier 1 --steps 10 --delta 1
+expect_error --noise-multiplier --sample-rate 0.1 --noise-multiplier 0 --steps 10 --delta 1e-5
+expect_error --target-epsilon --sample-rate 0.1 --noise-multiplier 1 --target-epsilon 3 \
+  --steps 10 --delta 1e-5
+expect_error --steps --sample-rate 0.1 --noise-multiplier 1 --steps 0 --delta 1e-5
+expect_error --target-epsilon --sample-rate 0.01 --target-epsilon 0.01 --steps 100 --delta 1e-5
+
+# A best order at the edge of the grid is reported with a warning on stderr.
+err=$(env -u DPG_LOG "$exe" privacy --sample-rate 0.001 --noise-multiplier 5 --steps 10 --delta 1e-5 2>&1 >/dev/null)
+grep -q "edge of the order grid" <<<"$err" || fail "no grid-edge warning: $err"
+
+if ((failures > 0)); then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "privacy CLI: all checks passed"

@@ -1,0 +1,76 @@
+#!/usr/bin/python3
+"""PyTorch's non-private SGD step on the same MLP, batch and thread counts as `dpgossip bench step`.
+
+Usage (normally run for you by `dpgossip bench step --baseline torch`):
+  OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 tools/bench_torch_mlp.py \
+      --widths 784,256,256,10 --activation relu --threads 1,2 --batch 256 --seconds 1 --repeats 5
+
+Prints one JSON object per thread count: backend, mode ("sgd"), threads, batch, samples_per_second
+(the median over `repeats` timed windows after a warm-up). Needs Debian's python3-torch.
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+
+def build(widths, activation):
+    act = torch.nn.ReLU if activation == "relu" else torch.nn.Tanh
+    layers = []
+    for i in range(len(widths) - 1):
+        layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
+        if i + 2 < len(widths):
+            layers.append(act())
+    return torch.nn.Sequential(*layers)
+
+
+def rate(widths, activation, batch, seconds, repeats):
+    torch.manual_seed(0)
+    model = build(widths, activation)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    x = torch.randn(batch, widths[0])
+    y = torch.randint(0, widths[-1], (batch,))
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+    for _ in range(10):
+        step()
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        steps = 0
+        while True:
+            step()
+            steps += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds / repeats:
+                break
+        rates.append(steps * batch / elapsed)
+    return statistics.median(rates)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--widths", default="784,256,256,10")
+    p.add_argument("--activation", choices=["relu", "tanh"], default="relu")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--seconds", type=float, default=1.0)
+    p.add_argument("--repeats", type=int, default=5)
+    a = p.parse_args()
+    widths = [int(w) for w in a.widths.split(",")]
+    for t in [int(t) for t in a.threads.split(",")]:
+        torch.set_num_threads(t)
+        r = rate(widths, a.activation, a.batch, a.seconds, a.repeats)
+        print(json.dumps({"backend": "torch", "mode": "sgd", "threads": t, "batch": a.batch,
+                          "samples_per_second": r}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
