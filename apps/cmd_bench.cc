@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -66,8 +67,9 @@ double time_steps(const model::MlpSpec& spec, bool dp, const StepBenchOptions& o
   dp::GaussianMechanism mech(mlp.num_params(), mo, 3, 0);
   train::Sgd sgd(mlp.num_params(), {.lr = 1e-3, .momentum = 0.9});
   train::StepStats stats;
+  train::StepBuffers buffers;
   auto step = [&] {
-    auto g = train::private_gradient(mlp, ws, labels, mech, stats);
+    auto g = train::private_gradient(mlp, ws, labels, mech, buffers, stats);
     sgd.apply(mlp.params(), g);
   };
   for (int i = 0; i < 10; ++i) step();
@@ -88,9 +90,22 @@ double time_steps(const model::MlpSpec& spec, bool dp, const StepBenchOptions& o
   return rates[rates.size() / 2];
 }
 
+// The script as given, else beside the repository the executable was built in (build/apps/..).
+std::string find_script(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (fs::exists(path) || fs::path(path).is_absolute()) return path;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path beside = exe.parent_path().parent_path().parent_path() / path;
+    if (fs::exists(beside)) return beside.string();
+  }
+  fail(Code::not_found, "--torch-script: " + path + " not found (run from the repository root)");
+}
+
 std::vector<Row> torch_rows(const StepBenchOptions& o) {
   std::ostringstream cmd;
-  cmd << "OMP_WAIT_POLICY=PASSIVE " << o.python << " " << o.torch_script << " --widths " << o.widths
+  cmd << "OMP_WAIT_POLICY=PASSIVE " << o.python << " " << find_script(o.torch_script) << " --widths " << o.widths
       << " --activation " << o.activation << " --threads " << o.threads << " --batch " << o.batch
       << " --seconds " << o.seconds << " --repeats " << o.repeats;
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.str().c_str(), "r"), pclose);
@@ -160,6 +175,8 @@ void run_step_bench(const StepBenchOptions& o) {
   spec.hidden.assign(widths.begin() + 1, widths.end() - 1);
   spec.activation = model::parse_activation(o.activation);
   if (o.batch < 1) fail(Code::invalid_argument, "--batch: must be at least 1");
+  if (o.repeats < 1) fail(Code::invalid_argument, "--repeats: must be at least 1");
+  if (!(o.seconds > 0)) fail(Code::invalid_argument, "--seconds: must be positive");
   if (o.baseline != "" && o.baseline != "torch") {
     fail(Code::invalid_argument, "--baseline: expected torch, got \"" + o.baseline + "\"");
   }

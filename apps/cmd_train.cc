@@ -21,7 +21,8 @@ struct TrainFlags {
   std::string config_file;
   TrainConfig c;        // holds the flag values; only flags actually given override the file
   std::string hidden;
-  bool no_dp = false;
+  bool dp = false;     // --dp: turn DP back on over a config file's "dp": false
+  bool no_dp = false;  // --no-dp
   bool json = false;
 };
 
@@ -45,14 +46,21 @@ TrainConfig merge(const CLI::App& cmd, const TrainFlags& f) {
   if (given("--ema-decay")) c.ema_decay = v.ema_decay;
   if (given("--clip-norm")) c.clip_norm = v.clip_norm;
   if (given("--noise-multiplier")) c.noise_multiplier = v.noise_multiplier;
+  if (given("--noise-multiplier") && given("--target-epsilon")) {
+    fail(Code::invalid_argument,
+         "train: give --noise-multiplier or --target-epsilon, not both");
+  }
   if (given("--target-epsilon")) {
     c.target_epsilon = v.target_epsilon;
-    if (!given("--noise-multiplier")) c.noise_multiplier = 0;  // calibrate to the new target
+    c.noise_multiplier = 0;  // calibrate to the new target
   }
   if (given("--delta")) c.delta = v.delta;
   if (given("--seed")) c.seed = v.seed;
+  if (given("--noise-seed")) c.noise_seed = v.noise_seed;
   if (given("--threads")) c.threads = v.threads;
   if (given("--metrics")) c.metrics = v.metrics;
+  if (f.dp && f.no_dp) fail(Code::invalid_argument, "train: give --dp or --no-dp, not both");
+  if (f.dp) c.dp = true;
   if (f.no_dp) c.dp = false;
   try {
     validate(c);
@@ -128,9 +136,13 @@ void add_train(CLI::App& app) {
   cmd->add_option("--noise-multiplier", c.noise_multiplier, "sigma (noise sd is sigma * C)");
   cmd->add_option("--target-epsilon", c.target_epsilon, "calibrate sigma to this epsilon");
   cmd->add_option("--delta", c.delta, "delta");
-  cmd->add_option("--seed", c.seed, "seed for init, sampling and noise");
+  cmd->add_option("--seed", c.seed, "seed for the initialisation");
+  cmd->add_option("--noise-seed", c.noise_seed,
+                  "seed for sampling and noise (default: secret, from the OS; set only to "
+                  "reproduce a run, since it reveals the noise)");
   cmd->add_option("--threads", c.threads, "BLAS threads");
   cmd->add_option("--metrics", c.metrics, "JSON-lines metrics file to append to ('' = none)");
+  cmd->add_flag("--dp", f->dp, "DP-SGD (the default; overrides \"dp\": false in --config)");
   cmd->add_flag("--no-dp", f->no_dp, "plain SGD: no clipping, no noise");
   cmd->add_flag("--json", f->json, "print the summary as one JSON object");
   cmd->callback([cmd, f] { run_train(*cmd, *f); });

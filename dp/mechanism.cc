@@ -11,10 +11,13 @@ GaussianMechanism::GaussianMechanism(std::size_t num_params, MechanismOptions op
                                      std::uint64_t seed, std::uint64_t rank)
     : options_(options), buffer_(num_params), rng_(seed, stream_for(stream::kNoise, rank)) {
   if (options_.expected_batch <= 0.0) {
-    fail(Code::invalid_argument, "expected batch size must be positive");
+    fail(Code::invalid_argument, "batch_size: the expected batch size must be positive, got " +
+                                     std::to_string(options_.expected_batch));
   }
   if (options_.enabled && (options_.clip_norm <= 0.0f || options_.noise_multiplier < 0.0)) {
-    fail(Code::invalid_argument, "clip norm must be positive and noise multiplier non-negative");
+    fail(Code::invalid_argument, "clip_norm must be positive and noise_multiplier non-negative, got " +
+                                     std::to_string(options_.clip_norm) + " and " +
+                                     std::to_string(options_.noise_multiplier));
   }
 }
 

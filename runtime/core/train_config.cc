@@ -8,7 +8,8 @@ TrainConfig train_config_from_json(const Json& j, const std::string& where) {
   JsonReader r(j, where);
   r.reject_unknown({"data", "hidden", "activation", "epochs", "batch_size", "sampling", "lr",
                     "momentum", "weight_decay", "lr_schedule", "ema_decay", "dp", "clip_norm",
-                    "noise_multiplier", "target_epsilon", "delta", "seed", "threads", "metrics"});
+                    "noise_multiplier", "target_epsilon", "delta", "seed", "noise_seed", "threads",
+                    "metrics"});
   TrainConfig c;
   if (r.has("data")) c.data = r.string("data");
   if (r.has("hidden")) {
@@ -39,12 +40,17 @@ TrainConfig train_config_from_json(const Json& j, const std::string& where) {
     if (s < 0) r.fail_at("seed", "must be non-negative");
     c.seed = static_cast<std::uint64_t>(s);
   }
+  if (r.has("noise_seed")) {
+    const long long s = r.integer("noise_seed");
+    if (s < 0) r.fail_at("noise_seed", "must be non-negative");
+    c.noise_seed = static_cast<std::uint64_t>(s);
+  }
   if (r.has("threads")) c.threads = static_cast<int>(r.integer("threads"));
   if (r.has("metrics")) c.metrics = r.string("metrics");
   try {
     validate(c);
   } catch (const Error& e) {
-    fail(e.code(), where + " " + e.what());
+    fail(e.code(), where + e.what());
   }
   return c;
 }
@@ -58,7 +64,8 @@ Json to_json(const TrainConfig& c) {
           {"ema_decay", c.ema_decay}, {"dp", c.dp},
           {"clip_norm", c.clip_norm}, {"noise_multiplier", c.noise_multiplier},
           {"target_epsilon", c.target_epsilon}, {"delta", c.delta},
-          {"seed", c.seed},         {"threads", c.threads},
+          {"seed", c.seed},         {"noise_seed", c.noise_seed},
+          {"threads", c.threads},
           {"metrics", c.metrics}};
 }
 

@@ -15,19 +15,23 @@ struct TrainConfig {
   std::vector<int> hidden = {256};           // hidden layer widths
   std::string activation = "tanh";           // relu | tanh
   double epochs = 40;
-  double batch_size = 2048;                  // expected batch size (q * n under Poisson sampling)
+  double batch_size = 4096;                  // expected batch size (q * n under Poisson sampling)
   std::string sampling = "poisson";          // poisson | shuffle (fixed-size shuffled batches)
-  double lr = 4.0;
-  double momentum = 0.0;
+  double lr = 1.0;
+  double momentum = 0.9;
   double weight_decay = 0.0;
   std::string lr_schedule = "constant";      // constant | cosine
-  double ema_decay = 0.0;                    // 0: off; else average of the iterates
+  double ema_decay = 0.995;                  // 0: off; else average of the iterates
   bool dp = true;                            // false: plain SGD, no clipping, no noise
   double clip_norm = 1.0;
   double noise_multiplier = 0.0;             // 0: calibrate to target_epsilon
   double target_epsilon = 3.0;
   double delta = 1e-5;
-  std::uint64_t seed = 0;
+  std::uint64_t seed = 0;                    // initialisation
+  // Seeds the Poisson sampler and the noise. 0 (default): drawn from the OS at start and never
+  // printed, because the guarantee needs the noise and the batch membership to be secret. Set it
+  // only for reproducible experiments, knowing that whoever knows it can subtract the noise.
+  std::uint64_t noise_seed = 0;
   int threads = 2;                           // BLAS threads
   std::string metrics = "runs/metrics.jsonl";  // JSON-lines file, appended ("" = none)
 };

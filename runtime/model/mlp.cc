@@ -42,7 +42,9 @@ void Workspace::resize(const MlpSpec& spec, std::size_t rows) {
 
 Mlp::Mlp(MlpSpec spec, std::uint64_t seed) : spec_(std::move(spec)), widths_(spec_.widths()) {
   if (spec_.inputs <= 0 || spec_.classes < 2) {
-    fail(Code::invalid_argument, "model: needs at least one input and two classes");
+    fail(Code::invalid_argument, "model: needs at least one input and two classes, got " +
+                                     std::to_string(spec_.inputs) + " inputs and " +
+                                     std::to_string(spec_.classes) + " classes (from the data's manifest)");
   }
   for (int h : spec_.hidden) {
     if (h <= 0) fail(Code::invalid_argument, "model: hidden widths must be positive");

@@ -6,7 +6,8 @@ namespace dpg::train {
 
 dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
                                      std::span<const std::int32_t> labels,
-                                     dp::GaussianMechanism& mechanism, StepStats& stats) {
+                                     dp::GaussianMechanism& mechanism, StepBuffers& buffers,
+                                     StepStats& stats) {
   const std::size_t batch = ws.batch;
   stats = StepStats{};
   stats.batch = batch;
@@ -16,12 +17,17 @@ dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& 
     stats.correct = model.loss_and_backward(labels, ws, true);
     for (std::size_t i = 0; i < batch; ++i) stats.loss_sum += ws.loss[i];
     if (mechanism.options().enabled) {
-      thread_local std::vector<float> sq_norms, scale;
+      std::vector<float>& sq_norms = buffers.sq_norms;
+      std::vector<float>& scale = buffers.scale;
       sq_norms.resize(batch);
       scale.resize(batch);
       model.per_example_sq_norms(ws, sq_norms);
       stats.dropped = dp::clip_factors(sq_norms, mechanism.options().clip_norm, scale);
-      for (float s : scale) stats.clipped += (s < 1.0f && s > 0.0f) ? 1 : 0;
+      stats.loss_sum = 0.0;  // over the examples kept: a dropped one may have a non-finite loss
+      for (std::size_t i = 0; i < batch; ++i) {
+        stats.clipped += (scale[i] < 1.0f && scale[i] > 0.0f) ? 1 : 0;
+        if (scale[i] != 0.0f) stats.loss_sum += ws.loss[i];
+      }
       model.accumulate_gradient(ws, scale, sum);
     } else {
       model.accumulate_gradient(ws, {}, sum);

@@ -14,16 +14,23 @@ namespace dpg::train {
 
 struct StepStats {
   std::size_t batch = 0;        // realised batch size
-  double loss_sum = 0.0;        // sum of per-example losses
+  double loss_sum = 0.0;        // sum of per-example losses (of the kept examples under DP)
   std::size_t correct = 0;      // correct predictions in the batch (before the update)
   std::size_t dropped = 0;      // examples with a non-finite gradient, left out of the sum
   std::size_t clipped = 0;      // examples whose gradient norm exceeded C
+};
+
+// Per-step scratch for the clipping, reused from step to step.
+struct StepBuffers {
+  std::vector<float> sq_norms;  // (batch)
+  std::vector<float> scale;     // (batch)
 };
 
 // ws.act[0] holds the batch (ws.batch rows); labels has ws.batch entries. With the mechanism
 // enabled each example's gradient is clipped to C before the sum; the sum is noised once.
 dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
                                      std::span<const std::int32_t> labels,
-                                     dp::GaussianMechanism& mechanism, StepStats& stats);
+                                     dp::GaussianMechanism& mechanism, StepBuffers& buffers,
+                                     StepStats& stats);
 
 }  // namespace dpg::train

@@ -9,7 +9,9 @@ namespace dpg::train {
 
 PoissonSampler::PoissonSampler(std::size_t n, double q, Rng rng)
     : n_(n), q_(q), log1m_q_(std::log1p(-q)), rng_(rng) {
-  if (!(q > 0.0 && q <= 1.0)) fail(Code::invalid_argument, "sample rate must be in (0, 1]");
+  if (!(q > 0.0 && q <= 1.0)) {
+    fail(Code::invalid_argument, "sample rate must be in (0, 1], got " + std::to_string(q));
+  }
 }
 
 const std::vector<std::size_t>& PoissonSampler::next() {

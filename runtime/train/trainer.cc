@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <random>
 
 #include "dp/accountant.h"
 #include "dp/mechanism.h"
@@ -96,113 +97,150 @@ Trainer::Trainer(TrainConfig config, data::Prepared data)
   }
 }
 
+struct RunState {
+  RunState(const TrainConfig& c, const data::Dataset& train, double q, double sigma)
+      : spec(spec_for(c, train)),
+        model(spec, c.seed),
+        released(spec, c.seed),
+        noise_seed(c.noise_seed != 0 ? c.noise_seed : secret_seed()),
+        mechanism(model.num_params(),
+                  {.enabled = c.dp,
+                   .clip_norm = static_cast<float>(c.clip_norm),
+                   .noise_multiplier = sigma,
+                   .expected_batch = c.batch_size},
+                  noise_seed, 0),
+        sgd(model.num_params(),
+            {.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}) {
+    if (c.ema_decay > 0) ema.emplace(model.params(), c.ema_decay);
+    const Rng rng(noise_seed, stream_for(stream::kSampler, 0));
+    if (c.sampling == "poisson") {
+      poisson.emplace(train.rows, q, rng);
+    } else {
+      shuffle.emplace(train.rows, static_cast<std::size_t>(std::llround(c.batch_size)), rng);
+    }
+  }
+
+  static std::uint64_t secret_seed() {
+    std::random_device device;  // getrandom(2) on Linux
+    return (static_cast<std::uint64_t>(device()) << 32) ^ device() ^ 1;
+  }
+
+  model::MlpSpec spec;
+  model::Mlp model;
+  model::Mlp released;  // what is evaluated and reported: the iterate or its average
+  model::Workspace ws, eval_ws;
+  std::uint64_t noise_seed;
+  dp::GaussianMechanism mechanism;
+  Sgd sgd;
+  std::optional<ParamAverage> ema;
+  dp::RdpAccountant accountant;
+  std::optional<PoissonSampler> poisson;
+  std::optional<ShuffleSampler> shuffle;
+  std::vector<std::int32_t> labels;
+  StepBuffers buffers;
+  double lr = 0;
+};
+
+void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& summary) const {
+  const TrainConfig& c = config_;
+  const std::size_t cols = data_.train.cols;
+  const auto& batch = s.poisson ? s.poisson->next() : s.shuffle->next();
+  s.ws.resize(s.spec, batch.size());
+  s.labels.resize(batch.size());
+  float* x = s.ws.act[0].data();
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    std::copy_n(data_.train.features.data() + batch[i] * cols, cols, x + i * cols);
+    s.labels[i] = data_.train.labels[batch[i]];
+  }
+  StepStats stats;
+  const dp::PrivateGradient g =
+      private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats);
+  s.lr = c.lr_schedule == "cosine"
+             ? c.lr * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(t) / total_steps_))
+             : c.lr;
+  s.sgd.set_lr(s.lr);
+  s.sgd.apply(s.model.params(), g);
+  if (s.ema) s.ema->update(s.model.params());
+  if (c.dp) s.accountant.step(q_, sigma_);
+
+  if (!std::isfinite(stats.loss_sum) && !c.dp) {
+    fail(Code::aborted, "train: the loss became non-finite at step " + std::to_string(t) +
+                            " (plain SGD diverged; lower --lr)");
+  }
+  if (stats.batch > 0 && stats.dropped == stats.batch) {
+    fail(Code::aborted, "train: every example of step " + std::to_string(t) +
+                            " had a non-finite gradient; the model diverged (lower --lr)");
+  }
+  totals.loss_sum += stats.loss_sum;
+  totals.correct += static_cast<long long>(stats.correct);
+  totals.seen += static_cast<long long>(stats.batch - stats.dropped);
+  summary.dropped_examples += static_cast<long long>(stats.dropped);
+}
+
+EpochReport Trainer::evaluate_epoch(RunState& s, int epoch, long long t,
+                                    const EpochTotals& totals) const {
+  const auto params = s.ema ? s.ema->values() : std::span<const float>(s.model.params());
+  std::copy(params.begin(), params.end(), s.released.params().begin());
+  const auto ev = s.released.evaluate(data_.test.features, data_.test.labels, s.eval_ws);
+  EpochReport r;
+  r.epoch = epoch;
+  r.step = t;
+  r.loss = totals.seen > 0 ? totals.loss_sum / totals.seen : 0.0;
+  r.train_accuracy = totals.seen > 0 ? static_cast<double>(totals.correct) / totals.seen : 0.0;
+  r.test_accuracy = ev.rows > 0 ? static_cast<double>(ev.correct) / ev.rows : 0.0;
+  r.test_loss = ev.rows > 0 ? ev.loss_sum / ev.rows : 0.0;
+  r.epsilon = config_.dp ? s.accountant.spent(config_.delta).epsilon
+                         : std::numeric_limits<double>::infinity();
+  r.lr = s.lr;
+  return r;
+}
+
 TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoch) {
   const TrainConfig& c = config_;
   model::set_blas_threads(c.threads);
-  const model::MlpSpec spec = spec_for(c, data_.train);
-  model::Mlp model(spec, c.seed);
-  model::Mlp released(spec, c.seed);  // what is evaluated: the iterate or its average
-  model::Workspace ws, eval_ws;
-  const std::size_t cols = data_.train.cols;
-
-  dp::MechanismOptions mo{.enabled = c.dp,
-                          .clip_norm = static_cast<float>(c.clip_norm),
-                          .noise_multiplier = sigma_,
-                          .expected_batch = c.batch_size};
-  dp::GaussianMechanism mechanism(model.num_params(), mo, c.seed, 0);
-  Sgd sgd(model.num_params(), {.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay});
-  std::optional<ParamAverage> ema;
-  if (c.ema_decay > 0) ema.emplace(model.params(), c.ema_decay);
-  dp::RdpAccountant accountant;
-
-  Rng sampler_rng(c.seed, stream_for(stream::kSampler, 0));
-  std::optional<PoissonSampler> poisson;
-  std::optional<ShuffleSampler> shuffle;
-  if (c.sampling == "poisson") {
-    poisson.emplace(data_.train.rows, q_, sampler_rng);
-  } else {
-    shuffle.emplace(data_.train.rows, static_cast<std::size_t>(std::llround(c.batch_size)),
-                    sampler_rng);
-  }
-
+  RunState s(c, data_.train, q_, sigma_);
   DPG_INFO("train: " << data_.train.rows << " examples, q = " << q_ << ", " << total_steps_
                      << " steps, " << (c.dp ? "DP-SGD" : "plain SGD") << ", noise multiplier "
-                     << sigma_ << ", clip " << c.clip_norm << ", config " << dpg::to_json(c).dump());
+                     << sigma_ << ", clip " << c.clip_norm << ", noise seed "
+                     << (c.noise_seed != 0 ? "from the config" : "secret (OS entropy)")
+                     << ", config " << dpg::to_json(c).dump());
   if (c.dp && c.sampling != "poisson") {
     DPG_WARN("train: sampling is 'shuffle'; the reported epsilon assumes Poisson sampling");
   }
-
   TrainSummary summary;
   summary.sample_rate = q_;
   summary.noise_multiplier = sigma_;
   summary.steps = total_steps_;
   const int epochs = static_cast<int>(std::ceil(c.epochs - 1e-9));
-  std::vector<std::int32_t> labels;
   const auto start = Clock::now();
   double train_seconds = 0;
   long long samples = 0;
-  long long step = 0;
+  long long t = 0;
   for (int epoch = 1; epoch <= epochs; ++epoch) {
-    const long long end = std::min<long long>(
-        total_steps_, static_cast<long long>(std::ceil(epoch / q_ - 1e-9)));
+    const long long end =
+        std::min<long long>(total_steps_, static_cast<long long>(std::ceil(epoch / q_ - 1e-9)));
     const auto epoch_start = Clock::now();
-    double loss_sum = 0;
-    long long seen = 0, correct = 0;
-    double lr = c.lr;
-    for (; step < end; ++step) {
-      const auto& batch = poisson ? poisson->next() : shuffle->next();
-      ws.resize(spec, batch.size());
-      labels.resize(batch.size());
-      float* x = ws.act[0].data();
-      for (std::size_t i = 0; i < batch.size(); ++i) {
-        std::copy_n(data_.train.features.data() + batch[i] * cols, cols, x + i * cols);
-        labels[i] = data_.train.labels[batch[i]];
-      }
-      StepStats stats;
-      const dp::PrivateGradient g = private_gradient(model, ws, labels, mechanism, stats);
-      if (c.lr_schedule == "cosine") {
-        lr = c.lr * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(step) / total_steps_));
-      }
-      sgd.set_lr(lr);
-      sgd.apply(model.params(), g);
-      if (ema) ema->update(model.params());
-      if (c.dp) accountant.step(q_, sigma_);
-      loss_sum += stats.loss_sum;
-      correct += static_cast<long long>(stats.correct);
-      seen += static_cast<long long>(stats.batch);
-      summary.dropped_examples += static_cast<long long>(stats.dropped);
-    }
+    EpochTotals totals;
+    for (; t < end; ++t) step(s, t, totals, summary);
     train_seconds += seconds_since(epoch_start);
-    samples += seen;
-
-    const auto params = ema ? ema->values() : std::span<const float>(model.params());
-    std::copy(params.begin(), params.end(), released.params().begin());
-    const auto ev = released.evaluate(data_.test.features, data_.test.labels, eval_ws);
-    EpochReport r;
-    r.epoch = epoch;
-    r.step = step;
+    samples += totals.seen;
+    EpochReport r = evaluate_epoch(s, epoch, t, totals);
     r.wall_s = seconds_since(start);
-    r.loss = seen > 0 ? loss_sum / seen : 0.0;
-    r.train_accuracy = seen > 0 ? static_cast<double>(correct) / seen : 0.0;
-    r.test_accuracy = ev.rows > 0 ? static_cast<double>(ev.correct) / ev.rows : 0.0;
-    r.test_loss = ev.rows > 0 ? ev.loss_sum / ev.rows : 0.0;
-    r.epsilon = c.dp ? accountant.spent(c.delta).epsilon : std::numeric_limits<double>::infinity();
     r.samples_per_second = train_seconds > 0 ? samples / train_seconds : 0.0;
-    r.lr = lr;
     on_epoch(r);
     summary.test_accuracy = r.test_accuracy;
   }
-  const auto last = model.evaluate(data_.test.features, data_.test.labels, eval_ws);
+  const auto last = s.model.evaluate(data_.test.features, data_.test.labels, s.eval_ws);
   summary.test_accuracy_last_iterate =
       last.rows > 0 ? static_cast<double>(last.correct) / last.rows : 0.0;
-  const auto spent = c.dp ? accountant.spent(c.delta)
+  const auto spent = c.dp ? s.accountant.spent(c.delta)
                           : dp::PrivacySpent{std::numeric_limits<double>::infinity(),
                                              std::numeric_limits<double>::quiet_NaN()};
   summary.epsilon = spent.epsilon;
   summary.best_alpha = spent.best_alpha;
   summary.samples_per_second = train_seconds > 0 ? samples / train_seconds : 0.0;
   summary.wall_s = seconds_since(start);
-  summary.accountant = accountant.to_json();
+  summary.accountant = s.accountant.to_json();
   return summary;
 }
 

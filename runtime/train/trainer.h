@@ -40,6 +40,8 @@ struct TrainSummary {
   Json to_json(const TrainConfig& config) const;
 };
 
+struct RunState;  // the model, mechanism, optimiser, sampler and accountant of one run
+
 class Trainer {
  public:
   Trainer(TrainConfig config, data::Prepared data);
@@ -52,6 +54,15 @@ class Trainer {
   double noise_multiplier() const { return sigma_; }
 
  private:
+  struct EpochTotals {
+    double loss_sum = 0;
+    long long seen = 0, correct = 0;
+  };
+  // One step: sample, gather, forward and backward with per-example norms, clip and noise,
+  // update, average, account.
+  void step(RunState& s, long long t, EpochTotals& totals, TrainSummary& summary) const;
+  EpochReport evaluate_epoch(RunState& s, int epoch, long long t, const EpochTotals& totals) const;
+
   TrainConfig config_;
   data::Prepared data_;
   double q_ = 0;

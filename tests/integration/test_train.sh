@@ -10,7 +10,7 @@ trap 'rm -rf "$work"' EXIT
 py() { /usr/bin/python3 -c "$@"; }
 
 "$bin" prepare --out "$work/data" >/dev/null
-"$bin" train --data "$work/data" --epochs 2 --threads 1 --metrics "$work/m.jsonl" --json \
+"$bin" train --data "$work/data" --epochs 2 --batch-size 2048 --lr 4 --momentum 0 --ema-decay 0 --threads 1 --metrics "$work/m.jsonl" --json \
   >"$work/summary.json" 2>"$work/progress.txt"
 grep -q 'epoch   2/2' "$work/progress.txt"
 py '
@@ -18,6 +18,7 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 for k in ["test_accuracy", "epsilon", "delta", "noise_multiplier", "epochs", "samples_per_second"]:
     assert k in s, k
+assert s["dp"] is True and s["noise_multiplier"] > 0, s
 assert s["test_accuracy"] > 0.75, s["test_accuracy"]
 assert 2.99 < s["epsilon"] <= 3.0, s["epsilon"]
 lines = [json.loads(l) for l in open(sys.argv[2])]

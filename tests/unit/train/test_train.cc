@@ -49,6 +49,9 @@ dpg::TrainConfig small_config() {
   c.lr = 2.0;
   c.noise_multiplier = 0.8;
   c.threads = 1;
+  c.noise_seed = 7;
+  c.ema_decay = 0;
+  c.momentum = 0;
   c.metrics = "";
   return c;
 }
@@ -146,6 +149,21 @@ TEST_CASE("trainer: DP-SGD learns separable blobs and accounts every step") {
   CHECK(s.epsilon == doctest::Approx(dpg::dp::epsilon_for(0.05, 0.8, 100, 1e-5).epsilon));
 }
 
+TEST_CASE("trainer: without a noise seed the noise is secret: two runs differ") {
+  dpg::data::Prepared data{blobs(2000, 3), blobs(500, 4), {}};
+  auto c = small_config();
+  c.epochs = 2;
+  c.noise_seed = 0;
+  c.hidden = {64};
+  // Compare the trained parameters through the accountant-free summary: the test loss differs.
+  double losses[2];
+  for (double& l : losses) {
+    dpg::train::Trainer t(c, data);
+    t.run([&](const dpg::train::EpochReport& r) { l = r.test_loss; });
+  }
+  CHECK(losses[0] != losses[1]);
+}
+
 TEST_CASE("trainer: the same seed gives the same model; calibration meets the target") {
   dpg::data::Prepared data{blobs(2000, 3), blobs(500, 4), {}};
   auto c = small_config();
@@ -153,6 +171,7 @@ TEST_CASE("trainer: the same seed gives the same model; calibration meets the ta
   const auto a = dpg::train::Trainer(c, data).run([](const auto&) {});
   const auto b = dpg::train::Trainer(c, data).run([](const auto&) {});
   CHECK(a.test_accuracy == b.test_accuracy);
+  CHECK(a.test_accuracy_last_iterate == b.test_accuracy_last_iterate);
   c.noise_multiplier = 0;
   c.target_epsilon = 2.0;
   dpg::train::Trainer calibrated(c, data);
