@@ -57,4 +57,12 @@ if "$bin" train --data "$work/data" --delta 2 2>"$work/err.txt"; then
   echo "FAIL: delta 2 accepted"; exit 1
 fi
 grep -q "/delta" "$work/err.txt"
+# A diverging run stops with an error naming the step, instead of training on NaN.
+for mode in --no-dp --dp; do
+  if "$bin" train --data "$work/data" $mode --activation relu --lr 1e30 --noise-multiplier 1 \
+      --epochs 1 --threads 1 --metrics "" 2>"$work/err.txt" >/dev/null; then
+    echo "FAIL: a diverging run ($mode) exited 0"; exit 1
+  fi
+  grep -q "at step\|of step" "$work/err.txt"
+done
 echo "train integration: ok"
