@@ -38,6 +38,8 @@ void Workspace::resize(const MlpSpec& spec, std::size_t rows) {
   for (std::size_t l = 0; l < widths.size(); ++l) act[l].resize(capacity * widths[l]);
   for (std::size_t l = 0; l + 1 < widths.size(); ++l) grad[l].resize(capacity * widths[l + 1]);
   loss.resize(capacity);
+  act_sq.resize(capacity);
+  grad_sq.resize(capacity);
 }
 
 Mlp::Mlp(MlpSpec spec, std::uint64_t seed) : spec_(std::move(spec)), widths_(spec_.widths()) {
@@ -117,11 +119,12 @@ std::size_t Mlp::loss_and_backward(std::span<const std::int32_t> labels, Workspa
   return correct;
 }
 
-void Mlp::per_example_sq_norms(const Workspace& ws, std::span<float> out) const {
+void Mlp::per_example_sq_norms(Workspace& ws, std::span<float> out) const {
   const std::size_t batch = ws.batch;
   DPG_CHECK_EQ(out.size(), batch);
   std::fill(out.begin(), out.end(), 0.0f);
-  std::vector<float> a2(batch), g2(batch);
+  std::vector<float>& a2 = ws.act_sq;
+  std::vector<float>& g2 = ws.grad_sq;
   for (int l = 0; l < num_layers(); ++l) {
     kernels::row_sq_norms(ws.act[l].data(), batch, widths_[l], a2.data());
     kernels::row_sq_norms(ws.grad[l].data(), batch, widths_[l + 1], g2.data());

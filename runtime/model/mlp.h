@@ -36,6 +36,7 @@ struct Workspace {
   std::vector<std::vector<float>> act;   // act[l]: (batch, width_l); act[0] is the input
   std::vector<std::vector<float>> grad;  // grad[l]: (batch, width_{l+1}), dloss_i / dz_{l+1}
   std::vector<float> loss;               // (batch) per-example loss
+  std::vector<float> act_sq, grad_sq;    // (batch) row norms, scratch of per_example_sq_norms
   void resize(const MlpSpec& spec, std::size_t batch);
   std::span<float> input() { return {act[0].data(), batch * (act[0].size() / capacity)}; }
   std::size_t capacity = 0;              // rows the buffers hold
@@ -63,7 +64,7 @@ class Mlp {
                                 bool backward) const;
 
   // Squared norm of each example's whole gradient (all layers): out (batch).
-  void per_example_sq_norms(const Workspace& ws, std::span<float> out) const;
+  void per_example_sq_norms(Workspace& ws, std::span<float> out) const;
 
   // grad_out (num_params) += sum_i scale_i * grad_i, with scale = 1 when `scale` is empty.
   // Scales ws.grad rows in place.

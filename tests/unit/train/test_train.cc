@@ -155,7 +155,7 @@ TEST_CASE("trainer: without a noise seed the noise is secret: two runs differ") 
   c.epochs = 2;
   c.noise_seed = 0;
   c.hidden = {64};
-  // Compare the trained parameters through the accountant-free summary: the test loss differs.
+  // Different secret noise gives different models, seen in the test loss.
   double losses[2];
   for (double& l : losses) {
     dpg::train::Trainer t(c, data);
