@@ -1,0 +1,51 @@
+// The transport interface: tagged point-to-point sends and receives of byte ranges between peers.
+// Collectives and training algorithms are written against this and never see a socket. TCP
+// (runtime/net/tcp) and in-process threads (runtime/net/inproc) implement it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace dpg::net {
+
+// Names one message between two peers. Messages from one peer are matched to posted receives by
+// tag; a tag must be unique among the operations in flight between the same two peers.
+struct Tag {
+  uint32_t op = 0;     // which operation (all-reduce, broadcast, gossip, ...)
+  uint64_t round = 0;  // which call of that operation (a per-communicator counter)
+  uint32_t chunk = 0;  // which piece of the buffer
+  bool operator==(const Tag&) const = default;
+};
+
+std::string to_string(const Tag& tag);  // "op 1 round 17 chunk 4"
+
+// One posted send or receive. Valid until waited on, exactly once.
+struct Handle {
+  uint32_t slot = 0;
+  uint32_t generation = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+
+  // Starts sending `data` to `peer`. The bytes must stay alive and unchanged until wait() returns.
+  virtual Handle send(int peer, Tag tag, std::span<const std::byte> data) = 0;
+  // Starts receiving exactly data.size() bytes from `peer` under `tag` straight into `data`.
+  // A message of another length is an error. Receives from one peer must be posted in the order
+  // that peer sends them (several may be posted ahead), as with MPI.
+  virtual Handle recv(int peer, Tag tag, std::span<std::byte> data) = 0;
+  // Blocks until the operation completes. Throws dpg::Error (deadline_exceeded, unavailable,
+  // data_loss, ...) naming this rank, the peer, the tag and the elapsed time when it fails or when
+  // the timeout passes; after a failure every later call throws the first error.
+  virtual void wait(Handle handle) = 0;
+  // The timeout of every wait.
+  virtual std::chrono::milliseconds timeout() const = 0;
+};
+
+}  // namespace dpg::net
