@@ -1,0 +1,187 @@
+#include "runtime/collective/communicator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/core/error.h"
+
+namespace dpg::collective {
+namespace {
+
+std::span<std::byte> bytes_of(std::span<std::byte> s, std::size_t begin, std::size_t end) {
+  return s.subspan(begin, end - begin);
+}
+
+}  // namespace
+
+Communicator::Communicator(net::Transport& transport, Options options)
+    : transport_(transport), options_(options) {
+  if (options_.segment_bytes == 0) fail(Code::invalid_argument, "segment_bytes must be positive");
+}
+
+void Communicator::allreduce(std::span<float> data, Reduce op) { ring_allreduce(data, op); }
+void Communicator::allreduce(std::span<double> data, Reduce op) { ring_allreduce(data, op); }
+
+// Reduce-scatter then all-gather around the ring, in 2(N-1) steps. Step g sends one block to
+// the right and receives one from the left; every block is cut into `nseg` segments, and a
+// segment goes on to the next step as soon as it has arrived (and been reduced), so the steps
+// overlap. The owner of a block finishes its sum (and the division for an average) before the
+// all-gather copies it out, so every peer holds the owner's bits.
+template <typename T>
+void Communicator::ring_allreduce(std::span<T> data, Reduce op) {
+  const int n = world();
+  const int r = rank();
+  const uint64_t round = next_round();
+  const std::size_t count = data.size();
+  if (n == 1 || count == 0) return;  // every peer passes the same size, so all skip together
+
+  auto mod = [n](long long b) { return static_cast<int>(((b % n) + n) % n); };
+  auto block_begin = [&](int b) { return count * static_cast<std::size_t>(b) / n; };
+  const std::size_t max_block = (count + n - 1) / n;
+  const std::size_t nseg =
+      std::max<std::size_t>(1, (max_block * sizeof(T) + options_.segment_bytes - 1) /
+                                   options_.segment_bytes);
+  const int steps = 2 * (n - 1);
+  const int left = mod(r - 1), right = mod(r + 1);
+
+  // Element range [begin, end) of segment k of block b.
+  auto segment = [&](int b, std::size_t k, std::size_t& begin, std::size_t& end) {
+    const std::size_t b0 = block_begin(b), m = block_begin(b + 1) - b0;
+    begin = b0 + m * k / nseg;
+    end = b0 + m * (k + 1) / nseg;
+  };
+  auto send_block = [&](int g) { return g < n - 1 ? mod(r - g) : mod(r + 1 - (g - (n - 1))); };
+  auto recv_block = [&](int g) { return g < n - 1 ? mod(r - g - 1) : mod(r - (g - (n - 1))); };
+  auto tag = [&](int g, std::size_t k) {
+    return net::Tag{kOpAllreduce, round, static_cast<uint32_t>(g * nseg + k)};
+  };
+
+  scratch_.resize(2 * max_block * sizeof(T));
+  T* scratch = reinterpret_cast<T*>(scratch_.data());
+  sends_.assign(steps * nseg, net::Handle{});
+  recvs_.assign(steps * nseg, net::Handle{});
+  sent_waited_.assign(steps * nseg, 0);
+  auto bytes = std::as_writable_bytes(data);
+  auto wait_send = [&](std::size_t i) {
+    if (!sent_waited_[i]) {
+      transport_.wait(sends_[i]);
+      sent_waited_[i] = 1;
+    }
+  };
+
+  auto post_recv = [&](int g, std::size_t k) {
+    std::size_t b, e;
+    segment(recv_block(g), k, b, e);
+    std::span<std::byte> dst;
+    if (g < n - 1) {
+      const std::size_t at = (g % 2) * max_block + (b - block_begin(recv_block(g)));
+      dst = std::as_writable_bytes(std::span<T>(scratch + at, e - b));
+    } else {
+      // The all-gather overwrites the block this peer sent at the same reduce-scatter step.
+      wait_send((g - (n - 1)) * nseg + k);
+      dst = bytes_of(bytes, b * sizeof(T), e * sizeof(T));
+    }
+    recvs_[g * nseg + k] = transport_.recv(left, tag(g, k), dst);
+  };
+  auto post_send = [&](int g, std::size_t k) {
+    std::size_t b, e;
+    segment(send_block(g), k, b, e);
+    sends_[g * nseg + k] = transport_.send(right, tag(g, k), bytes_of(bytes, b * sizeof(T),
+                                                                      e * sizeof(T)));
+  };
+
+  for (std::size_t k = 0; k < nseg; ++k) post_recv(0, k);
+  for (std::size_t k = 0; k < nseg; ++k) post_send(0, k);
+  const T inv_n = T(1) / static_cast<T>(n);
+  for (int g = 0; g < steps; ++g) {
+    for (std::size_t k = 0; k < nseg; ++k) {
+      transport_.wait(recvs_[g * nseg + k]);
+      if (g < n - 1) {
+        std::size_t b, e;
+        const int blk = recv_block(g);
+        segment(blk, k, b, e);
+        const T* src = scratch + (g % 2) * max_block + (b - block_begin(blk));
+        T* dst = data.data() + b;
+        for (std::size_t i = 0; i < e - b; ++i) dst[i] += src[i];
+        if (g == n - 2 && op == Reduce::average) {
+          for (std::size_t i = 0; i < e - b; ++i) dst[i] *= inv_n;
+        }
+      }
+      if (g + 1 < steps) {
+        post_recv(g + 1, k);
+        post_send(g + 1, k);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < sends_.size(); ++i) wait_send(i);
+}
+
+void Communicator::broadcast(std::span<std::byte> data, int root) {
+  const int n = world();
+  const int r = rank();
+  const uint64_t round = next_round();
+  if (root < 0 || root >= n) {
+    fail(Code::invalid_argument, "broadcast from rank " + std::to_string(root) + " in a world of " +
+                                     std::to_string(n));
+  }
+  if (n == 1) return;
+  const int left = (r + n - 1) % n, right = (r + 1) % n;
+  const std::size_t nseg =
+      std::max<std::size_t>(1, (data.size() + options_.segment_bytes - 1) / options_.segment_bytes);
+  auto piece = [&](std::size_t k) {
+    return bytes_of(data, data.size() * k / nseg, data.size() * (k + 1) / nseg);
+  };
+  auto tag = [&](std::size_t k) { return net::Tag{kOpBroadcast, round, static_cast<uint32_t>(k)}; };
+  recvs_.assign(nseg, net::Handle{});
+  sends_.assign(nseg, net::Handle{});
+  const bool forwards = right != root;
+  if (r == root) {
+    for (std::size_t k = 0; k < nseg; ++k) sends_[k] = transport_.send(right, tag(k), piece(k));
+  } else {
+    for (std::size_t k = 0; k < nseg; ++k) recvs_[k] = transport_.recv(left, tag(k), piece(k));
+    for (std::size_t k = 0; k < nseg; ++k) {
+      transport_.wait(recvs_[k]);
+      if (forwards) sends_[k] = transport_.send(right, tag(k), piece(k));
+    }
+  }
+  if (r == root || forwards) {
+    for (std::size_t k = 0; k < nseg; ++k) transport_.wait(sends_[k]);
+  }
+}
+
+void Communicator::allgather(std::span<const std::byte> mine, std::span<std::byte> out) {
+  const int n = world();
+  const int r = rank();
+  const uint64_t round = next_round();
+  const std::size_t m = mine.size();
+  if (out.size() != m * n) {
+    fail(Code::invalid_argument, "allgather: output of " + std::to_string(out.size()) +
+                                     " bytes for " + std::to_string(n) + " blocks of " +
+                                     std::to_string(m));
+  }
+  std::memcpy(out.data() + r * m, mine.data(), m);
+  if (n == 1) return;
+  const int left = (r + n - 1) % n, right = (r + 1) % n;
+  auto block = [&](int b) { return out.subspan(static_cast<std::size_t>((b % n + n) % n) * m, m); };
+  auto tag = [&](int s) { return net::Tag{kOpAllgather, round, static_cast<uint32_t>(s)}; };
+  sends_.assign(n - 1, net::Handle{});
+  // Step s forwards the block that arrived at step s - 1 (this peer's own at step 0).
+  net::Handle recv = transport_.recv(left, tag(0), block(r - 1));
+  sends_[0] = transport_.send(right, tag(0), block(r));
+  for (int s = 0; s < n - 1; ++s) {
+    transport_.wait(recv);
+    if (s + 1 < n - 1) {
+      recv = transport_.recv(left, tag(s + 1), block(r - s - 2));
+      sends_[s + 1] = transport_.send(right, tag(s + 1), block(r - s - 1));
+    }
+  }
+  for (auto& h : sends_) transport_.wait(h);
+}
+
+void Communicator::barrier() {
+  std::byte mine{1};
+  std::vector<std::byte> all(world());
+  allgather(std::span<const std::byte>(&mine, 1), all);
+}
+
+}  // namespace dpg::collective

@@ -1,0 +1,60 @@
+// Collectives over the transport interface: ring all-reduce (reduce-scatter then all-gather,
+// each peer sending 2(N-1)/N of the buffer), broadcast, all-gather and barrier. Every peer must
+// call the same collectives in the same order with the same sizes; each call takes a fresh round
+// number, so tags never collide between calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runtime/net/transport.h"
+
+namespace dpg::collective {
+
+enum class Reduce { sum, average };
+
+struct Options {
+  // Pieces each ring block is cut into, so that sending, receiving and reducing overlap. Small
+  // values (a few bytes) reach the multi-segment paths in tests.
+  std::size_t segment_bytes = 256 * 1024;
+};
+
+// Operation ids in tags.
+inline constexpr uint32_t kOpAllreduce = 1;
+inline constexpr uint32_t kOpBroadcast = 2;
+inline constexpr uint32_t kOpAllgather = 3;
+
+class Communicator {
+ public:
+  explicit Communicator(net::Transport& transport, Options options = {});
+
+  int rank() const { return transport_.rank(); }
+  int world() const { return transport_.world(); }
+  net::Transport& transport() { return transport_; }
+
+  // In place; the result is bitwise identical on every peer.
+  void allreduce(std::span<float> data, Reduce op = Reduce::sum);
+  void allreduce(std::span<double> data, Reduce op = Reduce::sum);
+  // Copies root's bytes into every peer's `data` (all the same size).
+  void broadcast(std::span<std::byte> data, int root);
+  // out (world * mine.size() bytes) gets every peer's `mine` in rank order.
+  void allgather(std::span<const std::byte> mine, std::span<std::byte> out);
+  // Returns once every peer has entered it.
+  void barrier();
+
+ private:
+  template <typename T>
+  void ring_allreduce(std::span<T> data, Reduce op);
+  uint64_t next_round() { return round_++; }
+
+  net::Transport& transport_;
+  Options options_;
+  uint64_t round_ = 0;
+  std::vector<std::byte> scratch_;        // two ring blocks, for the reduce-scatter receives
+  std::vector<net::Handle> sends_, recvs_;  // (steps, segments)
+  std::vector<char> sent_waited_;
+};
+
+}  // namespace dpg::collective

@@ -1,0 +1,87 @@
+#include "runtime/net/inproc/inproc_transport.h"
+
+#include <cstring>
+
+#include "runtime/core/error.h"
+#include "runtime/net/op_table.h"
+
+namespace dpg::net {
+
+class InprocTransport final : public Transport {
+ public:
+  InprocTransport(InprocFabric& fabric, int rank, std::chrono::milliseconds timeout)
+      : fabric_(fabric), rank_(rank), ops_(rank, timeout, 0) {}
+  int rank() const override { return rank_; }
+  int world() const override { return fabric_.world(); }
+  std::chrono::milliseconds timeout() const override { return ops_.timeout(); }
+
+  Handle send(int peer, Tag tag, std::span<const std::byte> data) override {
+    check_peer(peer);
+    Handle h = ops_.post(OpKind::send, peer, tag, const_cast<std::byte*>(data.data()), data.size());
+    std::lock_guard lock(fabric_.mu_);
+    fabric_.sends_[rank_ * world() + peer].push_back({this, h.slot});
+    fabric_.match(rank_, peer);
+    return h;
+  }
+
+  Handle recv(int peer, Tag tag, std::span<std::byte> data) override {
+    check_peer(peer);
+    Handle h = ops_.post(OpKind::recv, peer, tag, data.data(), data.size());
+    std::lock_guard lock(fabric_.mu_);
+    fabric_.recvs_[rank_ * world() + peer].push_back({this, h.slot});
+    fabric_.match(peer, rank_);
+    return h;
+  }
+
+  void wait(Handle handle) override { ops_.wait(handle); }
+  OpTable& ops() { return ops_; }
+
+ private:
+  void check_peer(int peer) const {
+    if (peer < 0 || peer >= world() || peer == rank_) {
+      fail(Code::invalid_argument, "rank " + std::to_string(rank_) + ": no peer " +
+                                       std::to_string(peer) + " to talk to");
+    }
+  }
+  InprocFabric& fabric_;
+  int rank_;
+  OpTable ops_;
+};
+
+InprocFabric::InprocFabric(int world, std::chrono::milliseconds timeout)
+    : world_(world), sends_(world * world), recvs_(world * world) {
+  for (int r = 0; r < world; ++r) {
+    peers_.push_back(std::make_unique<InprocTransport>(*this, r, timeout));
+  }
+}
+
+InprocFabric::~InprocFabric() = default;
+
+Transport& InprocFabric::peer(int rank) { return *peers_.at(rank); }
+
+void InprocFabric::match(int src, int dst) {
+  auto& sends = sends_[src * world_ + dst];
+  auto& recvs = recvs_[dst * world_ + src];
+  while (!sends.empty()) {
+    OpSlot& s = sends.front().owner->ops().slot(sends.front().slot);
+    auto it = recvs.begin();
+    while (it != recvs.end() && !(it->owner->ops().slot(it->slot).tag == s.tag)) ++it;
+    if (it == recvs.end()) return;  // the head waits for its receive, as on a TCP stream
+    OpTable& rops = it->owner->ops();
+    OpSlot& r = rops.slot(it->slot);
+    if (r.size != s.size) {
+      rops.poison(Code::data_loss, "rank " + std::to_string(dst) + ": peer " +
+                                       std::to_string(src) + " sent " + std::to_string(s.size) +
+                                       " bytes for " + to_string(s.tag) +
+                                       " but the receive expects " + std::to_string(r.size));
+      return;
+    }
+    if (s.size > 0) std::memcpy(r.data, s.data, s.size);
+    rops.complete(it->slot);
+    sends.front().owner->ops().complete(sends.front().slot);
+    recvs.erase(it);
+    sends.pop_front();
+  }
+}
+
+}  // namespace dpg::net

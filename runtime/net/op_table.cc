@@ -1,0 +1,127 @@
+#include "runtime/net/op_table.h"
+
+#include <sched.h>
+
+#include <sstream>
+
+namespace dpg::net {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string seconds_text(Clock::duration d) {
+  std::ostringstream os;
+  os.precision(3);
+  os << std::chrono::duration<double>(d).count() << " s";
+  return os.str();
+}
+
+}  // namespace
+
+OpTable::OpTable(int rank, std::chrono::milliseconds timeout, int spin_us)
+    : rank_(rank), timeout_(timeout), spin_us_(spin_us) {}
+
+Handle OpTable::post(OpKind kind, int peer, Tag tag, std::byte* data, std::size_t size) {
+  uint32_t index;
+  {
+    std::lock_guard lock(alloc_mu_);
+    if (!free_.empty()) {
+      index = free_.back();
+      free_.pop_back();
+    } else {
+      if (allocated_ == kChunk * kMaxChunks) {
+        fail(Code::internal, "rank " + std::to_string(rank_) + ": more than " +
+                                 std::to_string(kChunk * kMaxChunks) + " operations in flight");
+      }
+      if (allocated_ % kChunk == 0) {
+        owned_.push_back(std::make_unique<std::array<OpSlot, kChunk>>());
+        chunks_[allocated_ / kChunk].store(owned_.back().get(), std::memory_order_release);
+      }
+      index = allocated_++;
+    }
+  }
+  OpSlot& s = slot(index);
+  s.kind = kind;
+  s.peer = peer;
+  s.tag = tag;
+  s.data = data;
+  s.size = size;
+  s.next = kNone;
+  s.posted = Clock::now();
+  s.state.store(OpSlot::pending, std::memory_order_release);
+  return Handle{index, s.generation};
+}
+
+void OpTable::complete(uint32_t index) {
+  slot(index).state.store(OpSlot::done, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard lock(wait_mu_);
+    wait_cv_.notify_all();
+  }
+}
+
+void OpTable::release(uint32_t index) {
+  OpSlot& s = slot(index);
+  s.state.store(OpSlot::idle, std::memory_order_relaxed);
+  ++s.generation;
+  std::lock_guard lock(alloc_mu_);
+  free_.push_back(index);
+}
+
+void OpTable::wait(Handle h) {
+  if (h.slot >= allocated_ || slot(h.slot).generation != h.generation ||
+      slot(h.slot).state.load(std::memory_order_acquire) == OpSlot::idle) {
+    fail(Code::internal, "rank " + std::to_string(rank_) + ": wait on a stale or unknown handle");
+  }
+  OpSlot& s = slot(h.slot);
+  auto is_done = [&] { return s.state.load(std::memory_order_acquire) == OpSlot::done; };
+  // Short spin first: with more peers than cores the message usually lands within a few
+  // microseconds, and yielding keeps the core for whoever has work.
+  const auto spin_end = Clock::now() + std::chrono::microseconds(spin_us_);
+  while (!is_done() && !poisoned() && Clock::now() < spin_end) sched_yield();
+  if (!is_done() && !poisoned()) {
+    const auto deadline = s.posted + timeout_;
+    std::unique_lock lock(wait_mu_);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    while (!is_done() && !poisoned() && Clock::now() < deadline) {
+      wait_cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+    }
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    lock.unlock();
+    if (!is_done() && !poisoned()) {
+      std::string message = "rank " + std::to_string(rank_) + ": " + describe(s) +
+                            " timed out after " + seconds_text(Clock::now() - s.posted);
+      poison(Code::deadline_exceeded, message);
+      throw Error(Code::deadline_exceeded, message);
+    }
+  }
+  if (!is_done()) rethrow(describe(s));
+  release(h.slot);
+}
+
+void OpTable::poison(Code code, const std::string& message) {
+  std::lock_guard lock(wait_mu_);
+  if (poisoned_.load(std::memory_order_relaxed)) return;
+  code_ = code;
+  message_ = message;
+  poisoned_.store(true, std::memory_order_release);
+  wait_cv_.notify_all();
+}
+
+std::string OpTable::failure() const {
+  std::lock_guard lock(wait_mu_);
+  return message_;
+}
+
+void OpTable::rethrow(const std::string& context) const {
+  std::lock_guard lock(wait_mu_);
+  throw Error(code_, "rank " + std::to_string(rank_) + ": " + context + " failed: " + message_);
+}
+
+std::string OpTable::describe(const OpSlot& s) {
+  return std::string(s.kind == OpKind::send ? "send to" : "receive from") + " peer " +
+         std::to_string(s.peer) + " (" + to_string(s.tag) + ", " + std::to_string(s.size) +
+         " bytes)";
+}
+
+}  // namespace dpg::net

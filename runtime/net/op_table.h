@@ -1,0 +1,88 @@
+// The bookkeeping every transport shares: a pool of posted operations with stable addresses, the
+// wait with a deadline, and the first failure, which poisons the transport and is rethrown to every
+// waiter. Slots are reused, so the hot path allocates nothing once warm.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/core/error.h"
+#include "runtime/net/transport.h"
+
+namespace dpg::net {
+
+enum class OpKind : uint8_t { send, recv };
+
+struct OpSlot {
+  enum State : int { idle = 0, pending = 1, done = 2 };
+  std::atomic<int> state{idle};
+  uint32_t generation = 0;
+  OpKind kind = OpKind::send;
+  int peer = 0;
+  Tag tag;
+  std::byte* data = nullptr;
+  std::size_t size = 0;
+  std::chrono::steady_clock::time_point posted;
+  alignas(8) std::array<std::byte, 32> header{};  // the frame header of a TCP send
+  uint32_t next = 0;                              // the owner's queue link (kNone when last)
+};
+
+inline constexpr uint32_t kNone = 0xffffffffu;
+
+class OpTable {
+ public:
+  explicit OpTable(int rank, std::chrono::milliseconds timeout, int spin_us = 50);
+
+  // Takes a free slot, fills it and returns its handle; the caller hands the index to its engine.
+  Handle post(OpKind kind, int peer, Tag tag, std::byte* data, std::size_t size);
+  OpSlot& slot(uint32_t index) {
+    return (*chunks_[index / kChunk].load(std::memory_order_acquire))[index % kChunk];
+  }
+  // Marks a slot done and wakes its waiter (any thread).
+  void complete(uint32_t index);
+  // Waits for the handle's slot; throws the first failure or a timeout naming the operation.
+  void wait(Handle handle);
+
+  // Stores the first failure (later ones are dropped) and wakes every waiter.
+  void poison(Code code, const std::string& message);
+  bool poisoned() const { return poisoned_.load(std::memory_order_acquire); }
+  // Throws the stored failure: "rank R: <context> failed: <first failure>".
+  [[noreturn]] void rethrow(const std::string& context) const;
+  std::string failure() const;
+
+  int rank() const { return rank_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  // "receive from peer 2 (op 1 round 17 chunk 4)"
+  static std::string describe(const OpSlot& s);
+
+ private:
+  static constexpr std::size_t kChunk = 256;
+  static constexpr std::size_t kMaxChunks = 4096;
+  void release(uint32_t index);
+
+  int rank_;
+  std::chrono::milliseconds timeout_;
+  int spin_us_;
+  std::mutex alloc_mu_;
+  std::vector<uint32_t> free_;
+  std::atomic<uint32_t> allocated_{0};
+  std::array<std::atomic<std::array<OpSlot, kChunk>*>, kMaxChunks> chunks_{};
+  std::vector<std::unique_ptr<std::array<OpSlot, kChunk>>> owned_;
+
+  mutable std::mutex wait_mu_;
+  std::condition_variable wait_cv_;
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> poisoned_{false};
+  Code code_ = Code::internal;
+  std::string message_;
+};
+
+}  // namespace dpg::net

@@ -1,0 +1,79 @@
+// Private to runtime/net/tcp: the state behind TcpTransport. Everything in Conn is touched only
+// by the I/O thread (or by the constructor before that thread starts).
+#pragma once
+
+#include <utility>  // Boost 1.74's Asio needs std::exchange declared first under g++ 12
+
+#include <boost/asio.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/net/frame.h"
+#include "runtime/net/op_table.h"
+#include "runtime/net/tcp/tcp_transport.h"
+
+namespace dpg::net {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+struct Conn {
+  Conn(asio::io_context& io, int p) : peer(p), socket(io) {}
+  int peer;
+  tcp::socket socket;
+  // Reader: the header being read, a header parked until its receive is posted, posted receives.
+  HeaderBytes in_header{};
+  std::optional<FrameHeader> parked;
+  uint32_t recv_head = kNone, recv_tail = kNone;
+  std::vector<char> abort_text;
+  bool bye_received = false;
+  bool eof = false;
+  // Writer: posted sends in order, and one control frame (bye or abort) to go after them.
+  uint32_t send_head = kNone, send_tail = kNone;
+  bool writing = false;
+  HeaderBytes control_header{};
+  std::string control_payload;
+  bool control_pending = false;
+  bool control_sent = false;
+};
+
+struct TcpTransport::Impl {
+  Impl(int rank, int world, TcpOptions options);
+
+  int rank;
+  int world;
+  TcpOptions options;
+  OpTable ops;
+  asio::io_context io;
+  std::vector<std::unique_ptr<Conn>> conns;  // by peer rank; null for peers it does not talk to
+  std::thread thread;
+
+  std::string prefix() const { return "rank " + std::to_string(rank) + ": "; }
+  Conn& conn_for(int peer, const char* what);
+
+  // Set-up (tcp_connect.cc): runs the io_context on the calling thread until every connection
+  // is made and checked, or throws.
+  void connect_all(const HostsFile& hosts, const std::vector<int>& peers);
+
+  // I/O thread (tcp_transport.cc).
+  void enqueue_send(uint32_t index);
+  void enqueue_recv(uint32_t index);
+  void start_write(Conn& c);
+  void read_header(Conn& c);
+  void on_header(Conn& c);
+  void match(Conn& c);
+  void lost(Conn& c, const std::string& what, const boost::system::error_code& ec);
+  void send_control(FrameKind kind, const std::string& payload);
+  bool control_flushed() const;
+  void closed_early(Conn& c);
+  // Unwinding: the owner is being destroyed by an exception, so peers get an abort, not a bye.
+  void shutdown(bool unwinding);
+};
+
+// Sets TCP_NODELAY and, when asked, the socket buffer sizes.
+void tune_socket(tcp::socket& s, const TcpOptions& options);
+
+}  // namespace dpg::net

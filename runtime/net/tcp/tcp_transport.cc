@@ -1,0 +1,278 @@
+// The I/O engine: per connection one reader and one writer, all on the I/O thread. The training
+// thread only posts operations and waits on their slots.
+#include "runtime/net/tcp/tcp_transport.h"
+
+#include <chrono>
+#include <exception>
+#include <future>
+
+#include "runtime/core/log.h"
+#include "runtime/net/tcp/tcp_impl.h"
+
+namespace dpg::net {
+namespace {
+
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+
+// Appends a slot to a singly linked queue threaded through OpSlot::next.
+void push(OpTable& ops, uint32_t& head, uint32_t& tail, uint32_t index) {
+  ops.slot(index).next = kNone;
+  if (tail == kNone) {
+    head = index;
+  } else {
+    ops.slot(tail).next = index;
+  }
+  tail = index;
+}
+
+}  // namespace
+
+TcpTransport::Impl::Impl(int r, int w, TcpOptions o)
+    : rank(r), world(w), options(o), ops(r, o.timeout, o.spin_us) {}
+
+Conn& TcpTransport::Impl::conn_for(int peer, const char* what) {
+  if (peer < 0 || peer >= world || !conns[peer]) {
+    dpg::fail(Code::invalid_argument, prefix() + what + " peer " + std::to_string(peer) +
+                                     ": this peer has no connection to it");
+  }
+  return *conns[peer];
+}
+
+// ---- writer ----
+
+void TcpTransport::Impl::enqueue_send(uint32_t index) {
+  Conn& c = *conns[ops.slot(index).peer];
+  push(ops, c.send_head, c.send_tail, index);
+  if (!c.writing) start_write(c);
+}
+
+void TcpTransport::Impl::start_write(Conn& c) {
+  if (ops.poisoned() && !c.control_pending) return;
+  if (c.send_head != kNone) {
+    OpSlot& s = ops.slot(c.send_head);
+    c.writing = true;
+    std::array<asio::const_buffer, 2> bufs = {asio::buffer(s.header), asio::buffer(s.data, s.size)};
+    asio::async_write(c.socket, bufs, [this, &c](error_code ec, std::size_t) {
+      c.writing = false;
+      if (ec) return lost(c, "sending", ec);
+      uint32_t done = c.send_head;
+      c.send_head = ops.slot(done).next;
+      if (c.send_head == kNone) c.send_tail = kNone;
+      ops.complete(done);
+      start_write(c);
+    });
+    return;
+  }
+  if (c.control_pending && !c.control_sent) {
+    c.writing = true;
+    std::array<asio::const_buffer, 2> bufs = {asio::buffer(c.control_header),
+                                              asio::buffer(c.control_payload)};
+    asio::async_write(c.socket, bufs, [&c](error_code, std::size_t) {
+      c.writing = false;
+      c.control_sent = true;
+    });
+  }
+}
+
+// ---- reader ----
+
+void TcpTransport::Impl::enqueue_recv(uint32_t index) {
+  Conn& c = *conns[ops.slot(index).peer];
+  push(ops, c.recv_head, c.recv_tail, index);
+  if (c.parked) match(c);
+  if (c.bye_received) closed_early(c);
+}
+
+void TcpTransport::Impl::read_header(Conn& c) {
+  asio::async_read(c.socket, asio::buffer(c.in_header), [this, &c](error_code ec, std::size_t) {
+    if (ec) return lost(c, "receiving", ec);
+    on_header(c);
+  });
+}
+
+void TcpTransport::Impl::on_header(Conn& c) {
+  std::string why;
+  auto h = decode_header(c.in_header, why);
+  if (!h) {
+    ops.poison(Code::data_loss, prefix() + "peer " + std::to_string(c.peer) +
+                                    " sent a malformed frame: " + why);
+    return;
+  }
+  switch (h->kind) {
+    case FrameKind::bye:
+      c.bye_received = true;
+      if (c.recv_head != kNone) return closed_early(c);
+      return read_header(c);
+    case FrameKind::abort: {
+      if (h->length > kMaxAbortBytes) {
+        ops.poison(Code::aborted, prefix() + "peer " + std::to_string(c.peer) + " aborted");
+        return;
+      }
+      c.abort_text.resize(h->length);
+      asio::async_read(c.socket, asio::buffer(c.abort_text), [this, &c](error_code, std::size_t) {
+        ops.poison(Code::aborted, "peer " + std::to_string(c.peer) + " aborted: " +
+                                      std::string(c.abort_text.begin(), c.abort_text.end()));
+      });
+      return;
+    }
+    case FrameKind::data:
+      c.parked = *h;
+      return match(c);
+  }
+}
+
+// Pairs the parked header with the posted receive of the same tag, checks the length before
+// touching any memory, and reads the payload straight into the receiver's buffer. With no such
+// receive yet, the header stays parked and the connection is not read further: TCP pushes back.
+void TcpTransport::Impl::match(Conn& c) {
+  const FrameHeader h = *c.parked;
+  uint32_t prev = kNone, i = c.recv_head;
+  while (i != kNone && !(ops.slot(i).tag == h.tag)) {
+    prev = i;
+    i = ops.slot(i).next;
+  }
+  if (i == kNone) return;
+  OpSlot& s = ops.slot(i);
+  if (h.length != s.size) {
+    ops.poison(Code::data_loss, prefix() + "peer " + std::to_string(c.peer) + " sent " +
+                                    std::to_string(h.length) + " bytes for " + to_string(h.tag) +
+                                    " but the receive expects " + std::to_string(s.size));
+    return;
+  }
+  c.parked.reset();
+  (prev == kNone ? c.recv_head : ops.slot(prev).next) = s.next;
+  if (c.recv_tail == i) c.recv_tail = prev;
+  asio::async_read(c.socket, asio::buffer(s.data, s.size),
+                   [this, &c, i](error_code ec, std::size_t) {
+                     if (ec) return lost(c, "receiving", ec);
+                     ops.complete(i);
+                     read_header(c);
+                   });
+}
+
+void TcpTransport::Impl::lost(Conn& c, const std::string& what, const error_code& ec) {
+  if (ec == asio::error::operation_aborted) return;
+  if (ec == asio::error::eof) c.eof = true;
+  if (c.eof && c.bye_received) {
+    if (c.recv_head != kNone) closed_early(c);
+    return;  // a clean goodbye
+  }
+  ops.poison(Code::unavailable, prefix() + "connection to peer " + std::to_string(c.peer) +
+                                    " lost while " + what + " (" + ec.message() +
+                                    "); that peer stopped or its network failed");
+}
+
+void TcpTransport::Impl::closed_early(Conn& c) {
+  ops.poison(Code::aborted, prefix() + "peer " + std::to_string(c.peer) +
+                                " has finished and said goodbye, but a receive from it is "
+                                "still posted: that peer stopped early");
+}
+
+// ---- shutdown ----
+
+void TcpTransport::Impl::send_control(FrameKind kind, const std::string& payload) {
+  for (auto& cp : conns) {
+    if (!cp || cp->control_pending) continue;
+    cp->control_payload = payload.substr(0, kMaxAbortBytes);
+    encode_header(FrameHeader{kind, Tag{}, cp->control_payload.size()}, cp->control_header);
+    cp->control_pending = true;
+    if (!cp->writing) start_write(*cp);
+  }
+}
+
+bool TcpTransport::Impl::control_flushed() const {
+  for (auto& c : conns) {
+    if (c && !c->control_sent && !c->eof) return false;
+  }
+  return true;
+}
+
+void TcpTransport::Impl::shutdown(bool unwinding) {
+  if (unwinding) {
+    ops.poison(Code::aborted, prefix() + "stopped on an error of its own (see its log)");
+  }
+  const bool clean = !ops.poisoned();
+  asio::post(io, [this, clean] {
+    send_control(clean ? FrameKind::bye : FrameKind::abort, clean ? "" : ops.failure());
+  });
+  // Wait (bounded) until our goodbye is written and, when clean, every peer's has arrived, so
+  // that closing never cuts off data a peer still has to read.
+  const auto limit = Clock::now() + (clean ? std::chrono::milliseconds(5000)
+                                           : std::chrono::milliseconds(300));
+  while (Clock::now() < limit) {
+    std::promise<bool> p;
+    auto f = p.get_future();
+    asio::post(io, [this, clean, &p] {
+      bool done = control_flushed();
+      if (clean && !ops.poisoned()) {
+        for (auto& c : conns) done = done && (!c || c->bye_received || c->eof);
+      }
+      p.set_value(done);
+    });
+    if (f.wait_for(std::chrono::seconds(1)) != std::future_status::ready) break;
+    if (f.get()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  io.stop();
+  if (thread.joinable()) thread.join();
+  error_code ignored;
+  for (auto& c : conns) {
+    if (c) c->socket.close(ignored);
+  }
+}
+
+// ---- the public face ----
+
+TcpTransport::TcpTransport(const HostsFile& hosts, int rank, const std::vector<int>& peers,
+                           TcpOptions options)
+    : impl_(std::make_unique<Impl>(rank, hosts.world(), options)) {
+  if (rank < 0 || rank >= hosts.world()) {
+    dpg::fail(Code::invalid_argument, "rank " + std::to_string(rank) + " is outside the hosts list of " +
+                                     std::to_string(hosts.world()) + " peers");
+  }
+  impl_->connect_all(hosts, peers);
+  for (auto& c : impl_->conns) {
+    if (c) impl_->read_header(*c);
+  }
+  impl_->thread = std::thread([impl = impl_.get()] {
+    auto guard = asio::make_work_guard(impl->io);
+    try {
+      impl->io.run();
+    } catch (const std::exception& e) {
+      impl->ops.poison(Code::internal, impl->prefix() + "I/O thread failed: " + e.what());
+    }
+  });
+}
+
+TcpTransport::~TcpTransport() {
+  try {
+    impl_->shutdown(std::uncaught_exceptions() > 0);
+  } catch (const std::exception& e) {
+    DPG_WARN(impl_->prefix() << "closing the transport: " << e.what());
+  }
+}
+
+int TcpTransport::rank() const { return impl_->rank; }
+int TcpTransport::world() const { return impl_->world; }
+std::chrono::milliseconds TcpTransport::timeout() const { return impl_->options.timeout; }
+
+Handle TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
+  impl_->conn_for(peer, "send to");
+  Handle h = impl_->ops.post(OpKind::send, peer, tag, const_cast<std::byte*>(data.data()),
+                             data.size());
+  encode_header(FrameHeader{FrameKind::data, tag, data.size()}, impl_->ops.slot(h.slot).header);
+  asio::post(impl_->io, [impl = impl_.get(), i = h.slot] { impl->enqueue_send(i); });
+  return h;
+}
+
+Handle TcpTransport::recv(int peer, Tag tag, std::span<std::byte> data) {
+  impl_->conn_for(peer, "receive from");
+  Handle h = impl_->ops.post(OpKind::recv, peer, tag, data.data(), data.size());
+  asio::post(impl_->io, [impl = impl_.get(), i = h.slot] { impl->enqueue_recv(i); });
+  return h;
+}
+
+void TcpTransport::wait(Handle handle) { impl_->ops.wait(handle); }
+
+}  // namespace dpg::net

@@ -1,0 +1,170 @@
+// The TCP transport on loopback, with each peer a thread of this process: collectives over real
+// sockets, the handshake's refusals, and failures that must end in an error, never a hang.
+#include <doctest/doctest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "runtime/collective/communicator.h"
+#include "runtime/core/error.h"
+#include "runtime/net/tcp/tcp_transport.h"
+
+using namespace std::chrono_literals;
+using dpg::collective::Communicator;
+using dpg::net::HostsFile;
+using dpg::net::TcpOptions;
+using dpg::net::TcpTransport;
+
+namespace {
+
+HostsFile loopback_hosts(int n) {
+  HostsFile h;
+  std::vector<int> fds;
+  for (int r = 0; r < n; ++r) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    socklen_t len = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    h.peers.push_back({r, "127.0.0.1", ntohs(a.sin_port)});
+    fds.push_back(fd);
+  }
+  for (int fd : fds) close(fd);
+  return h;
+}
+
+std::vector<int> ring_of(int r, int n) {
+  std::vector<int> p;
+  if (n > 1) p.push_back((r + 1) % n);
+  if (n > 2) p.push_back((r + n - 1) % n);
+  return p;
+}
+
+// Runs body on n peer threads over TCP; returns each rank's error message ("" when it passed).
+std::vector<std::string> run_tcp(int n, TcpOptions o,
+                                 const std::function<void(TcpTransport&)>& body,
+                                 const std::function<TcpOptions(int, TcpOptions)>& per_rank = {}) {
+  HostsFile hosts = loopback_hosts(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        TcpTransport t(hosts, r, ring_of(r, n), per_rank ? per_rank(r, o) : o);
+        body(t);
+      } catch (const dpg::Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+}  // namespace
+
+TEST_CASE("ring all-reduce over TCP: 4 peers, odd and large sizes, tiny and default segments") {
+  TcpOptions o;
+  o.timeout = 20s;
+  auto errors = run_tcp(4, o, [](TcpTransport& t) {
+    for (std::size_t seg : {std::size_t{16}, std::size_t{256 * 1024}}) {
+      Communicator c(t, {seg});
+      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{5},
+                                std::size_t{1001}, std::size_t{4 << 20}}) {
+        if (seg < 100 && count > 2000) continue;
+        std::vector<float> v(count);
+        for (std::size_t i = 0; i < count; ++i) v[i] = float(t.rank()) + float(i % 5);
+        c.allreduce(v);
+        for (std::size_t i = 0; i < count; ++i) {
+          if (v[i] != float(6 + 4 * int(i % 5))) {
+            throw dpg::Error(dpg::Code::internal, "wrong sum at " + std::to_string(i));
+          }
+        }
+      }
+      c.barrier();
+    }
+  });
+  for (auto& e : errors) CHECK(e == "");
+}
+
+TEST_CASE("peers with different config hashes refuse to connect and say why") {
+  TcpOptions o;
+  o.connect_timeout = 5s;
+  auto errors = run_tcp(
+      2, o, [](TcpTransport&) {},
+      [](int r, TcpOptions opt) {
+        opt.config_hash = r == 0 ? 0x1111 : 0x2222;
+        return opt;
+      });
+  bool named = false;
+  for (auto& e : errors) named = named || e.find("different training configuration") != e.npos;
+  CHECK(named);
+}
+
+TEST_CASE("a peer that never starts fails the set-up within the deadline, naming it") {
+  HostsFile hosts = loopback_hosts(2);
+  TcpOptions o;
+  o.connect_timeout = 800ms;
+  auto t0 = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    TcpTransport t(hosts, 1, {0}, o);
+  } catch (const dpg::Error& e) {
+    msg = e.what();
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  CHECK(msg.find("peer 0") != std::string::npos);
+  CHECK(msg.find("never answered") != std::string::npos);
+}
+
+TEST_CASE("a stalled peer makes the others time out naming the peer and the round") {
+  TcpOptions o;
+  o.timeout = 500ms;
+  auto t0 = std::chrono::steady_clock::now();
+  auto errors = run_tcp(3, o, [](TcpTransport& t) {
+    Communicator c(t);
+    std::vector<float> v(1000, 1.0f);
+    c.allreduce(v);  // round 0 completes everywhere
+    if (t.rank() == 2) {
+      std::this_thread::sleep_for(1500ms);  // alive but silent
+      return;
+    }
+    c.allreduce(v);  // round 1: peers 0 and 1 wait on peer 2
+  });
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  CAPTURE(errors[0]);
+  CAPTURE(errors[1]);
+  CHECK(errors[0].find("round 1") != std::string::npos);
+  bool named = false;
+  for (int r : {0, 1}) named = named || errors[r].find("peer 2") != std::string::npos;
+  CHECK(named);
+  CHECK(errors[0] != "");
+  CHECK(errors[1] != "");
+}
+
+TEST_CASE("a peer that stops early makes the others fail at once, naming it") {
+  TcpOptions o;
+  o.timeout = 20s;
+  auto t0 = std::chrono::steady_clock::now();
+  auto errors = run_tcp(4, o, [](TcpTransport& t) {
+    Communicator c(t);
+    std::vector<float> v(1 << 16, 1.0f);
+    c.allreduce(v);
+    if (t.rank() == 1) throw dpg::Error(dpg::Code::aborted, "rank 1: stopping on purpose");
+    c.allreduce(v);
+  });
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  for (int r : {0, 2, 3}) {
+    CAPTURE(errors[r]);
+    CHECK(errors[r].find("peer 1") != std::string::npos);
+  }
+}
