@@ -1,2 +1,308 @@
-// Placeholder: being written (hosts file parsing, rank from the environment).
 #include "runtime/net/hosts.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "runtime/core/error.h"
+
+namespace dpg::net {
+namespace {
+
+[[noreturn]] void bad(const std::string& where, const std::string& path, const std::string& what) {
+  fail(Code::invalid_argument, where + ": " + path + ": " + what);
+}
+
+std::string peer_path(size_t index) { return "peers[" + std::to_string(index) + "]"; }
+
+// The value of an integer field; rejects non-integers (1.5, "1", true) by name.
+long long integer_at(const Json& entry, const std::string& key, const std::string& where,
+                     const std::string& path) {
+  if (!entry.contains(key)) bad(where, path + "." + key, "missing");
+  const Json& v = entry.at(key);
+  if (!v.is_number_integer()) bad(where, path + "." + key, "expected an integer, got " + v.dump());
+  // Unsigned values beyond long long would wrap; they are out of every range checked here.
+  if (v.is_number_unsigned() && v.get<unsigned long long>() > 1ULL << 62) return 1LL << 62;
+  return v.get<long long>();
+}
+
+// Types and ranges of one entry; `rank` gets the rank as written, checked by the caller against
+// the world size.
+PeerAddress parse_peer(const Json& entry, size_t index, const std::string& where, long long& rank) {
+  const std::string path = peer_path(index);
+  if (!entry.is_object()) bad(where, path, "expected an object {\"rank\", \"host\", \"port\"}, got " +
+                                               entry.dump());
+  for (const auto& [key, value] : entry.items()) {
+    if (key != "rank" && key != "host" && key != "port")
+      bad(where, path + "." + key, "unknown field (a peer has rank, host and port)");
+  }
+  PeerAddress p;
+  rank = integer_at(entry, "rank", where, path);
+  if (!entry.contains("host")) bad(where, path + ".host", "missing");
+  const Json& host = entry.at("host");
+  if (!host.is_string() || host.get<std::string>().empty())
+    bad(where, path + ".host", "expected a non-empty string, got " + host.dump());
+  const long long port = integer_at(entry, "port", where, path);
+  if (port < 1 || port > 65535)
+    bad(where, path + ".port", "expected a port in 1..65535, got " + std::to_string(port));
+  p.rank = static_cast<int>(std::clamp<long long>(rank, -1, 1LL << 30));
+  p.host = host.get<std::string>();
+  p.port = static_cast<uint16_t>(port);
+  return p;
+}
+
+// "; no peer has rank 2, 5" when some of 0..world-1 are absent, else "".
+std::string missing_ranks(const std::vector<long long>& ranks) {
+  const int world = static_cast<int>(ranks.size());
+  std::vector<bool> seen(ranks.size(), false);
+  for (const long long r : ranks) {
+    if (r >= 0 && r < world) seen[r] = true;
+  }
+  std::string out;
+  for (int r = 0; r < world; ++r) {
+    if (!seen[r]) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return out.empty() ? "" : "; no peer has rank " + out;
+}
+
+// Holds an open socket until destroyed, so every port chosen stays taken until all are chosen.
+class Socket {
+ public:
+  explicit Socket(int fd) : fd_(fd) {}
+  Socket(Socket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  Socket& operator=(Socket&&) = delete;
+  ~Socket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+uint16_t bind_free_port(std::vector<Socket>& keep) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) fail(Code::unavailable, std::string("local_hosts: socket: ") + std::strerror(errno));
+  keep.emplace_back(fd);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
+    fail(Code::unavailable,
+         std::string("local_hosts: bind to 127.0.0.1 port 0: ") + std::strerror(errno));
+  socklen_t len = sizeof addr;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    fail(Code::unavailable, std::string("local_hosts: getsockname: ") + std::strerror(errno));
+  return ntohs(addr.sin_port);
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// An address in binary form, IPv4-mapped IPv6 addresses folded to IPv4, for comparisons.
+struct Address {
+  int family = 0;  // AF_INET or AF_INET6; 0 when the text is not an address
+  unsigned char bytes[16] = {};
+  bool operator==(const Address& o) const {
+    return family == o.family && std::memcmp(bytes, o.bytes, sizeof bytes) == 0;
+  }
+};
+
+Address parse_address(const std::string& text) {
+  Address a;
+  in_addr v4{};
+  in6_addr v6{};
+  if (::inet_pton(AF_INET, text.c_str(), &v4) == 1) {
+    a.family = AF_INET;
+    std::memcpy(a.bytes, &v4, sizeof v4);
+  } else if (::inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_V4MAPPED(&v6)) {
+      a.family = AF_INET;
+      std::memcpy(a.bytes, v6.s6_addr + 12, 4);
+    } else {
+      a.family = AF_INET6;
+      std::memcpy(a.bytes, &v6, sizeof v6);
+    }
+  }
+  return a;
+}
+
+bool is_loopback(const Address& a) {
+  if (a.family == AF_INET) return a.bytes[0] == 127;
+  if (a.family == AF_INET6) {
+    static const unsigned char one[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    return std::memcmp(a.bytes, one, 16) == 0;
+  }
+  return false;
+}
+
+bool is_interface_address(const Address& want) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return false;  // no list: only the other tests apply
+  bool found = false;
+  for (const ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    Address a;
+    if (i->ifa_addr->sa_family == AF_INET) {
+      a.family = AF_INET;
+      const auto* sin = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+      std::memcpy(a.bytes, &sin->sin_addr, sizeof sin->sin_addr);
+    } else if (i->ifa_addr->sa_family == AF_INET6) {
+      a.family = AF_INET6;
+      const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+      std::memcpy(a.bytes, &sin6->sin6_addr, sizeof sin6->sin6_addr);
+    } else {
+      continue;
+    }
+    found = (a == want);
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
+}  // namespace
+
+HostsFile parse_hosts(const Json& doc, const std::string& where) {
+  if (!doc.is_object()) fail(Code::invalid_argument, where + ": expected a JSON object with \"peers\"");
+  for (const auto& [key, value] : doc.items()) {
+    if (key != "peers" && key != "secret" && key != "topology")
+      bad(where, key, "unknown field (expected peers, secret, topology)");
+  }
+  if (!doc.contains("peers")) bad(where, "peers", "missing");
+  const Json& list = doc.at("peers");
+  if (!list.is_array() || list.empty())
+    bad(where, "peers", "expected a non-empty array of {\"rank\", \"host\", \"port\"}, got " +
+                            list.dump());
+  HostsFile h;
+  h.source = where;
+  std::vector<PeerAddress> in_order;
+  std::vector<long long> ranks(list.size());
+  for (size_t i = 0; i < list.size(); ++i) in_order.push_back(parse_peer(list[i], i, where, ranks[i]));
+
+  const int world = static_cast<int>(in_order.size());
+  const std::string missing = missing_ranks(ranks);
+  std::vector<int> index_of_rank(in_order.size(), -1);
+  for (size_t i = 0; i < in_order.size(); ++i) {
+    const long long r = ranks[i];
+    if (r < 0 || r >= world)
+      bad(where, peer_path(i) + ".rank",
+          "rank " + std::to_string(r) + " is out of range: " + std::to_string(world) +
+              " peers take ranks 0.." + std::to_string(world - 1) + missing);
+    if (index_of_rank[r] >= 0)
+      bad(where, peer_path(i) + ".rank",
+          "duplicate rank " + std::to_string(r) + " (" + peer_path(index_of_rank[r]) + " and " +
+              peer_path(i) + ")" + missing);
+    index_of_rank[r] = static_cast<int>(i);
+  }
+  std::map<std::pair<std::string, uint16_t>, size_t> index_of_address;
+  for (size_t i = 0; i < in_order.size(); ++i) {
+    const auto key = std::make_pair(in_order[i].host, in_order[i].port);
+    const auto [it, inserted] = index_of_address.emplace(key, i);
+    if (!inserted)
+      bad(where, peer_path(i),
+          "address " + key.first + ":" + std::to_string(key.second) + " is also " +
+              peer_path(it->second) + "'s; two peers cannot listen on one port");
+  }
+  h.peers.resize(in_order.size());
+  for (auto& p : in_order) h.peers[p.rank] = std::move(p);
+
+  if (doc.contains("secret")) {
+    const Json& s = doc.at("secret");
+    if (!s.is_string()) bad(where, "secret", "expected a string, got " + s.dump());
+    h.secret = s.get<std::string>();
+  }
+  if (doc.contains("topology")) h.topology = doc.at("topology");
+  return h;
+}
+
+HostsFile load_hosts(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    fail(Code::not_found, path + ": hosts file not found");
+  return parse_hosts(read_json_file(path), path);
+}
+
+HostsFile local_hosts(int peers) {
+  if (peers < 1) fail(Code::invalid_argument, "local_hosts: need at least 1 peer, got " +
+                                                  std::to_string(peers));
+  std::vector<Socket> keep;  // closed together on return, after every port is chosen
+  keep.reserve(static_cast<size_t>(peers));
+  HostsFile h;
+  for (int r = 0; r < peers; ++r) h.peers.push_back({r, "127.0.0.1", bind_free_port(keep)});
+  return h;
+}
+
+Json to_json(const HostsFile& hosts) {
+  Json peers = Json::array();
+  for (const auto& p : hosts.peers)
+    peers.push_back({{"rank", p.rank}, {"host", p.host}, {"port", p.port}});
+  Json doc = {{"peers", std::move(peers)}};
+  if (!hosts.secret.empty()) doc["secret"] = hosts.secret;
+  if (!hosts.topology.is_null()) doc["topology"] = hosts.topology;
+  return doc;
+}
+
+void write_hosts(const HostsFile& hosts, const std::string& path) {
+  write_file_atomic(path, to_json(hosts).dump(2) + "\n");
+}
+
+int resolve_rank(std::optional<int> flag, int world) {
+  if (world < 1) fail(Code::invalid_argument, "rank: world size must be >= 1, got " +
+                                                  std::to_string(world));
+  const std::string range = " (" + std::to_string(world) + " peers take ranks 0.." +
+                            std::to_string(world - 1) + ")";
+  if (flag) {
+    if (*flag < 0 || *flag >= world)
+      fail(Code::invalid_argument, "--rank " + std::to_string(*flag) + " is out of range" + range);
+    return *flag;
+  }
+  static constexpr const char* kVariables[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID",
+                                               "RANK"};
+  for (const char* name : kVariables) {
+    const char* value = std::getenv(name);
+    if (value == nullptr) continue;
+    const std::string text(value);
+    int rank = -1;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), rank);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+      fail(Code::invalid_argument,
+           std::string(name) + "=\"" + text + "\" is not an integer rank" + range);
+    if (rank < 0 || rank >= world)
+      fail(Code::invalid_argument,
+           std::string(name) + "=" + text + " is out of range" + range);
+    return rank;
+  }
+  fail(Code::invalid_argument,
+       "no rank: pass --rank, or run under a launcher that sets one of OMPI_COMM_WORLD_RANK, "
+       "PMI_RANK, SLURM_PROCID, RANK (dpgossip launch, mpirun, srun)");
+}
+
+bool is_local_host(const std::string& host) {
+  if (host.empty()) return false;
+  const std::string name = lower(host);
+  if (name == "localhost") return true;
+  const Address a = parse_address(host);
+  if (is_loopback(a)) return true;
+  if (a.family != 0) return is_interface_address(a);
+  char self[256] = {};
+  if (::gethostname(self, sizeof self - 1) == 0 && name == lower(self)) return true;
+  return false;
+}
+
+}  // namespace dpg::net

@@ -1,0 +1,184 @@
+// What the Gloo and OpenMPI baseline programs share: the command line, the repeat counts, the
+// inputs and their closed-form check, and the one-line JSON row that `dpgossip bench allreduce`
+// reads (apps/bench_baseline.cc). These are standalone tools: they print and exit, and they do
+// not link dpgossip's libraries, so the row arithmetic is repeated here (keep it in step with
+// apps/bench_baseline.cc: median, algbw = bytes / time, busbw = algbw * 2(N-1)/N, 0 for N = 1).
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace dpg_bench {
+
+struct Args {
+  int peers = 4;
+  std::vector<long long> sizes_bytes;
+  int warmup = 3;
+  int repeats = 100;    // at sizes up to kFullRepeatBytes; fewer above (repeats_for)
+  double timeout_s = 240;  // whole run (Gloo's launcher only)
+};
+
+constexpr long long kFullRepeatBytes = 4LL << 20;
+constexpr int kMinRepeats = 5;
+constexpr int kMaxPeers = 64;  // keeps every partial sum of the check values below 2^24
+// The element count must fit an int (MPI_Allreduce's count).
+constexpr long long kMaxBytes = 4LL * 0x7fffffffLL;
+constexpr const char* kDefaultSizes = "4K,64K,1M,16M,64M";
+
+inline void usage(const char* prog, bool with_peers) {
+  std::fprintf(stderr,
+               "usage: %s%s [--sizes LIST] [--warmup W] [--repeats R]%s\n"
+               "  --sizes    bytes per all-reduce, K/M/G = KiB/MiB/GiB, multiples of 4\n"
+               "             (default %s)\n"
+               "  --warmup   untimed all-reduces per size (default 3)\n"
+               "  --repeats  timed all-reduces per size up to 4 MiB; larger sizes run\n"
+               "             R * 4 MiB / bytes of them, at least min(R, 5) (default 100)\n"
+               "%s"
+               "Prints one JSON object per size on stdout (rank 0); exit status 0 only if every\n"
+               "rank's result matched the closed form.\n",
+               prog, with_peers ? " [--peers N]" : "", with_peers ? " [--timeout S]" : "",
+               kDefaultSizes,
+               with_peers ? "  --peers    processes to fork (default 4)\n"
+                            "  --timeout  seconds for the whole run before the ranks are killed\n"
+                            "             (default 240)\n"
+                          : "");
+}
+
+// "4K" -> 4096, "1M" -> 1048576, "100" -> 100; -1 when malformed.
+inline long long parse_size(const std::string& text) {
+  if (text.empty()) return -1;
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || value <= 0) return -1;
+  long long scale = 1;
+  const std::string suffix(end);
+  if (suffix == "K" || suffix == "k") scale = 1LL << 10;
+  else if (suffix == "M" || suffix == "m") scale = 1LL << 20;
+  else if (suffix == "G" || suffix == "g") scale = 1LL << 30;
+  else if (!suffix.empty()) return -1;
+  if (value > kMaxBytes / scale) return -1;
+  return value * scale;
+}
+
+inline bool parse_sizes(const std::string& text, std::vector<long long>& out) {
+  out.clear();
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const long long bytes = parse_size(text.substr(start, comma - start));
+    if (bytes <= 0 || bytes % 4 != 0) return false;
+    out.push_back(bytes);
+    start = comma + 1;
+  }
+  return !out.empty();
+}
+
+inline bool parse_int(const char* text, int lo, int hi, int& out) {
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) return false;
+  out = static_cast<int>(v);
+  return true;
+}
+
+// Returns 0 when parsed, 1 after --help, 2 after an error (both already printed).
+inline int parse_args(int argc, char** argv, bool with_peers, Args& a) {
+  parse_sizes(kDefaultSizes, a.sizes_bytes);
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      usage(argv[0], with_peers);
+      return 1;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s: %s needs a value\n", argv[0], flag.c_str());
+      return 2;
+    }
+    const char* value = argv[++i];
+    bool ok = false;
+    if (flag == "--sizes") {
+      ok = parse_sizes(value, a.sizes_bytes);
+    } else if (flag == "--warmup") {
+      ok = parse_int(value, 0, 1000000, a.warmup);
+    } else if (flag == "--repeats") {
+      ok = parse_int(value, 1, 1000000, a.repeats);
+    } else if (with_peers && flag == "--peers") {
+      ok = parse_int(value, 1, kMaxPeers, a.peers);
+    } else if (with_peers && flag == "--timeout") {
+      int t = 0;
+      ok = parse_int(value, 1, 86400, t);
+      a.timeout_s = t;
+    } else {
+      std::fprintf(stderr, "%s: unknown flag %s%s\n", argv[0], flag.c_str(),
+                   flag == "--peers" ? " (the number of ranks is mpirun's -np)" : "");
+      usage(argv[0], with_peers);
+      return 2;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "%s: bad value for %s: \"%s\"%s\n", argv[0], flag.c_str(), value,
+                   flag == "--sizes" ? " (positive multiples of 4 bytes, K/M/G suffixes)" : "");
+      return 2;
+    }
+  }
+  return 0;
+}
+
+inline int repeats_for(long long bytes, int repeats) {
+  const long long scaled = static_cast<long long>(repeats) * kFullRepeatBytes / bytes;
+  return static_cast<int>(std::clamp<long long>(scaled, std::min(repeats, kMinRepeats), repeats));
+}
+
+// input[i] = (rank + 1) * (1 + i % 13), so the sum over n ranks is n(n+1)/2 * (1 + i % 13):
+// integers below 2^24, exact in float32 in any order of addition, and different per element so
+// that a chunk put in the wrong place shows.
+inline void fill_input(std::vector<float>& in, int rank) {
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    in[i] = static_cast<float>((rank + 1) * (1 + static_cast<int>(i % 13)));
+  }
+}
+
+// Number of wrong elements; the first one is described on stderr.
+inline long long count_mismatches(const std::vector<float>& out, int peers, int rank,
+                                  long long bytes, const char* backend) {
+  long long bad = 0;
+  const long long tri = static_cast<long long>(peers) * (peers + 1) / 2;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const float expected = static_cast<float>(tri * (1 + static_cast<long long>(i % 13)));
+    if (out[i] != expected) {
+      if (bad == 0) {
+        std::fprintf(stderr, "%s rank %d: %lld bytes: element %zu = %.9g, expected %.9g\n", backend,
+                     rank, bytes, i, static_cast<double>(out[i]), static_cast<double>(expected));
+      }
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+inline void print_row(const char* backend, int peers, long long bytes,
+                      const std::vector<double>& times_us, bool ok) {
+  const double t = median(times_us);
+  const double algbw = t > 0 ? static_cast<double>(bytes) / t / 1e3 : 0.0;  // bytes/us -> GB/s
+  const double busbw = algbw * 2.0 * (peers - 1) / peers;
+  std::printf(
+      "{\"backend\":\"%s\",\"peers\":%d,\"bytes\":%lld,\"time_us\":%.6g,\"algbw_GBps\":%.6g,"
+      "\"busbw_GBps\":%.6g,\"repeats\":%zu,\"ok\":%s}\n",
+      backend, peers, bytes, t, algbw, busbw, times_us.size(), ok ? "true" : "false");
+  std::fflush(stdout);
+}
+
+}  // namespace dpg_bench
