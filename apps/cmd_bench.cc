@@ -214,6 +214,7 @@ void add_bench(CLI::App& app) {
   step->add_option("--python", o->python, "Python interpreter with torch")->capture_default_str();
   step->add_flag("--json", o->json, "one JSON object per row");
   step->callback([o] { run_step_bench(*o); });
+  add_bench_allreduce(*bench);
 }
 
 }  // namespace dpg::app

@@ -26,4 +26,35 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& flag
   return out;
 }
 
+std::vector<long long> parse_size_list(const std::string& text, const std::string& flag) {
+  std::vector<long long> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    long long mult = 1;
+    if (!item.empty()) {
+      switch (item.back()) {
+        case 'K': case 'k': mult = 1LL << 10; break;
+        case 'M': case 'm': mult = 1LL << 20; break;
+        case 'G': case 'g': mult = 1LL << 30; break;
+        default: break;
+      }
+      if (mult != 1) item.pop_back();
+    }
+    std::size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < 0) {
+      fail(Code::invalid_argument,
+           flag + ": expected comma-separated sizes such as 4K,1M,100, got \"" + text + "\"");
+    }
+    out.push_back(v * mult);
+  }
+  if (out.empty()) fail(Code::invalid_argument, flag + ": empty list");
+  return out;
+}
+
 }  // namespace dpg::app

@@ -9,4 +9,7 @@ namespace dpg::app {
 // "784,256,10" -> {784, 256, 10}; errors name the flag.
 std::vector<int> parse_int_list(const std::string& text, const std::string& flag);
 
+// "4K,64K,1M,100" -> {4096, 65536, 1048576, 100} (K = KiB, M = MiB, G = GiB); errors name the flag.
+std::vector<long long> parse_size_list(const std::string& text, const std::string& flag);
+
 }  // namespace dpg::app

@@ -34,4 +34,13 @@ PrivateGradient GaussianMechanism::release() {
   return PrivateGradient(buffer_, sigma);
 }
 
+PrivateGradient GaussianMechanism::exchange(const PrivateGradient& g,
+                                            const std::function<void(std::span<float>)>& combine) {
+  if (g.values().data() != buffer_.data() || g.values().size() != buffer_.size()) {
+    fail(Code::internal, "exchange: the gradient was not released by this mechanism");
+  }
+  combine(buffer_);
+  return PrivateGradient(buffer_, g.noise_multiplier());
+}
+
 }  // namespace dpg::dp

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -47,6 +48,11 @@ class GaussianMechanism {
   std::span<float> begin_step();
   // Adds the noise (also to an empty batch's zero sum) and divides by the expected batch size.
   PrivateGradient release();
+  // Hands a released gradient of this mechanism to `combine`, which may change it in place with
+  // other peers' released gradients (an all-reduce), and returns the result. `combine` sees only
+  // noised values, so what comes back is post-processing and stays a PrivateGradient.
+  PrivateGradient exchange(const PrivateGradient& g,
+                           const std::function<void(std::span<float>)>& combine);
 
  private:
   MechanismOptions options_;

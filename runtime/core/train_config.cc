@@ -9,7 +9,7 @@ TrainConfig train_config_from_json(const Json& j, const std::string& where) {
   r.reject_unknown({"data", "hidden", "activation", "epochs", "batch_size", "sampling", "lr",
                     "momentum", "weight_decay", "lr_schedule", "ema_decay", "dp", "clip_norm",
                     "noise_multiplier", "target_epsilon", "delta", "seed", "noise_seed", "threads",
-                    "metrics"});
+                    "metrics", "algo", "noise_mode", "timeout_s"});
   TrainConfig c;
   if (r.has("data")) c.data = r.string("data");
   if (r.has("hidden")) {
@@ -47,6 +47,9 @@ TrainConfig train_config_from_json(const Json& j, const std::string& where) {
   }
   if (r.has("threads")) c.threads = static_cast<int>(r.integer("threads"));
   if (r.has("metrics")) c.metrics = r.string("metrics");
+  if (r.has("algo")) c.algo = r.string("algo");
+  if (r.has("noise_mode")) c.noise_mode = r.string("noise_mode");
+  if (r.has("timeout_s")) c.timeout_s = r.number("timeout_s");
   try {
     validate(c);
   } catch (const Error& e) {
@@ -66,7 +69,17 @@ Json to_json(const TrainConfig& c) {
           {"target_epsilon", c.target_epsilon}, {"delta", c.delta},
           {"seed", c.seed},         {"noise_seed", c.noise_seed},
           {"threads", c.threads},
-          {"metrics", c.metrics}};
+          {"metrics", c.metrics},   {"algo", c.algo},
+          {"noise_mode", c.noise_mode}, {"timeout_s", c.timeout_s}};
+}
+
+std::uint64_t shared_settings_hash(const TrainConfig& c) {
+  Json j = to_json(c);
+  for (const char* key : {"data", "threads", "metrics", "noise_seed"}) j.erase(key);
+  // FNV-1a over the canonical dump: stable across builds and machines, unlike std::hash.
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : j.dump()) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
 }
 
 namespace {
@@ -95,6 +108,11 @@ void validate(const TrainConfig& c) {
           "must be positive when noise_multiplier is not given");
   require(c.delta > 0 && c.delta < 1, "delta", "must be in (0, 1)");
   require(c.threads >= 1 && c.threads <= 256, "threads", "must be in [1, 256]");
+  require(c.algo == "single" || c.algo == "allreduce", "algo",
+          "expected single or allreduce, got \"" + c.algo + "\"");
+  require(c.noise_mode == "distributed" || c.noise_mode == "local", "noise_mode",
+          "expected distributed or local, got \"" + c.noise_mode + "\"");
+  require(c.timeout_s > 0, "timeout_s", "must be positive");
 }
 
 }  // namespace dpg

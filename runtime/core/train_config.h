@@ -33,12 +33,22 @@ struct TrainConfig {
   // only for reproducible experiments, knowing that whoever knows it can subtract the noise.
   std::uint64_t noise_seed = 0;
   int threads = 2;                           // BLAS threads
+  // single: one process. allreduce: synchronous data-parallel DP-SGD over a ring all-reduce of
+  // every peer in the hosts file.
+  std::string algo = "single";
+  // allreduce only. distributed: each of N peers adds N(0, sigma^2 C^2 / N), so the sum carries
+  // the central noise. local: each peer adds N(0, sigma^2 C^2), so every message is itself DP.
+  std::string noise_mode = "distributed";
+  double timeout_s = 60;                     // every network wait, and the connection set-up
   std::string metrics = "runs/metrics.jsonl";  // JSON-lines file, appended ("" = none)
 };
 
 // Reads a config object; errors name `where` and the JSON path ("cfg.json: /lr: ...").
 TrainConfig train_config_from_json(const Json& j, const std::string& where);
 Json to_json(const TrainConfig& c);
+// A hash of the settings every peer of one run must share (everything except the data folder,
+// the thread count, the metrics file and the secret noise seed), for the handshake.
+std::uint64_t shared_settings_hash(const TrainConfig& c);
 // Checks ranges; errors name the field.
 void validate(const TrainConfig& c);
 

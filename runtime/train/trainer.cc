@@ -57,6 +57,11 @@ Json TrainSummary::to_json(const TrainConfig& c) const {
   Json j = {{"test_accuracy", test_accuracy},
             {"test_accuracy_last_iterate", test_accuracy_last_iterate},
             {"epsilon", epsilon_json(epsilon)},
+            {"message_epsilon", epsilon_json(message_epsilon)},
+            {"peers", peers},
+            {"algo", c.algo},
+            {"noise_mode", c.noise_mode},
+            {"peer_noise_multiplier", peer_noise_multiplier},
             {"best_alpha", std::isfinite(best_alpha) ? Json(best_alpha) : Json(nullptr)},
             {"delta", c.delta},
             {"dp", c.dp},
@@ -77,28 +82,59 @@ Json TrainSummary::to_json(const TrainConfig& c) const {
   return j;
 }
 
-Trainer::Trainer(TrainConfig config, data::Prepared data)
-    : config_(std::move(config)), data_(std::move(data)) {
+Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicator* comm)
+    : config_(std::move(config)), data_(std::move(data)), comm_(comm) {
   validate(config_);
-  const auto n = static_cast<double>(data_.train.rows);
-  if (data_.train.rows == 0) fail(Code::invalid_argument, "train: the training shard is empty");
-  if (config_.batch_size > n) {
-    fail(Code::invalid_argument, "batch_size: " + std::to_string(config_.batch_size) +
-                                     " exceeds the shard's " + std::to_string(data_.train.rows) +
-                                     " examples");
+  if (data_.train.rows == 0) {
+    fail(Code::invalid_argument,
+         "train: rank " + std::to_string(rank()) + "'s training shard is empty");
   }
-  q_ = config_.batch_size / n;
+  double rows = static_cast<double>(data_.train.rows);
+  sum_over_peers(std::span<double>(&rows, 1));
+  total_rows_ = rows;
+  if (config_.batch_size > total_rows_) {
+    fail(Code::invalid_argument, "batch_size: " + std::to_string(config_.batch_size) +
+                                     " exceeds the " + std::to_string(total_rows_) +
+                                     " training examples");
+  }
+  // Every peer samples its own shard with the same rate, so the expected batch over all peers
+  // is batch_size and each example is in a step with probability q, as in one process.
+  q_ = config_.batch_size / total_rows_;
   total_steps_ = dp::steps_for_epochs(config_.epochs, q_);
   if (config_.dp) {
     sigma_ = config_.noise_multiplier > 0
                  ? config_.noise_multiplier
                  : dp::calibrate_noise_multiplier(q_, total_steps_, config_.delta,
                                                   config_.target_epsilon);
+    // sigma_ is the noise of the guarantee the mode is named for: the sum's in distributed
+    // mode, each message's in local mode.
+    const double root_n = std::sqrt(static_cast<double>(world()));
+    const bool local = config_.noise_mode == "local";
+    peer_sigma_ = local ? sigma_ : sigma_ / root_n;
+    model_sigma_ = local ? sigma_ * root_n : sigma_;
   }
 }
 
+void Trainer::sum_over_peers(std::span<double> values) const {
+  if (comm_) comm_->allreduce(values, collective::Reduce::sum);
+}
+
+// Each peer evaluates its slice of the test split; the counts are summed over the peers.
+model::Mlp::Evaluation Trainer::evaluate_shared(const model::Mlp& m, model::Workspace& ws) const {
+  const std::size_t rows = data_.test.rows, cols = data_.test.cols;
+  const std::size_t n = static_cast<std::size_t>(world()), r = static_cast<std::size_t>(rank());
+  const std::size_t begin = rows * r / n, end = rows * (r + 1) / n;
+  const auto ev = m.evaluate(
+      std::span<const float>(data_.test.features).subspan(begin * cols, (end - begin) * cols),
+      std::span<const std::int32_t>(data_.test.labels).subspan(begin, end - begin), ws);
+  double sums[3] = {ev.loss_sum, static_cast<double>(ev.correct), static_cast<double>(ev.rows)};
+  sum_over_peers(sums);
+  return {sums[0], static_cast<std::size_t>(sums[1]), static_cast<std::size_t>(sums[2])};
+}
+
 struct RunState {
-  RunState(const TrainConfig& c, const data::Dataset& train, double q, double sigma)
+  RunState(const TrainConfig& c, const data::Dataset& train, double q, double peer_sigma,
+           int rank)
       : spec(spec_for(c, train)),
         model(spec, c.seed),
         released(spec, c.seed),
@@ -106,13 +142,13 @@ struct RunState {
         mechanism(model.num_params(),
                   {.enabled = c.dp,
                    .clip_norm = static_cast<float>(c.clip_norm),
-                   .noise_multiplier = sigma,
+                   .noise_multiplier = peer_sigma,
                    .expected_batch = c.batch_size},
-                  noise_seed, 0),
+                  noise_seed, static_cast<std::uint64_t>(rank)),
         sgd(model.num_params(),
             {.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}) {
     if (c.ema_decay > 0) ema.emplace(model.params(), c.ema_decay);
-    const Rng rng(noise_seed, stream_for(stream::kSampler, 0));
+    const Rng rng(noise_seed, stream_for(stream::kSampler, static_cast<std::uint64_t>(rank)));
     if (c.sampling == "poisson") {
       poisson.emplace(train.rows, q, rng);
     } else {
@@ -133,7 +169,8 @@ struct RunState {
   dp::GaussianMechanism mechanism;
   Sgd sgd;
   std::optional<ParamAverage> ema;
-  dp::RdpAccountant accountant;
+  dp::RdpAccountant accountant;          // the released model
+  dp::RdpAccountant message_accountant;  // one peer's messages
   std::optional<PoissonSampler> poisson;
   std::optional<ShuffleSampler> shuffle;
   std::vector<std::int32_t> labels;
@@ -153,15 +190,22 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
     s.labels[i] = data_.train.labels[batch[i]];
   }
   StepStats stats;
-  const dp::PrivateGradient g =
+  const dp::PrivateGradient mine =
       private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats);
+  // Exchange: the sum over the peers of their noised gradients, identical on every replica.
+  const dp::PrivateGradient g =
+      comm_ ? s.mechanism.exchange(mine, [&](std::span<float> v) { comm_->allreduce(v); })
+            : mine;
   s.lr = c.lr_schedule == "cosine"
              ? c.lr * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(t) / total_steps_))
              : c.lr;
   s.sgd.set_lr(s.lr);
   s.sgd.apply(s.model.params(), g);
   if (s.ema) s.ema->update(s.model.params());
-  if (c.dp) s.accountant.step(q_, sigma_);
+  if (c.dp) {
+    s.accountant.step(q_, model_sigma_);
+    s.message_accountant.step(q_, peer_sigma_);
+  }
 
   if (!std::isfinite(stats.loss_sum) && !c.dp) {
     fail(Code::aborted, "train: the loss became non-finite at step " + std::to_string(t) +
@@ -181,7 +225,7 @@ EpochReport Trainer::evaluate_epoch(RunState& s, int epoch, long long t,
                                     const EpochTotals& totals) const {
   const auto params = s.ema ? s.ema->values() : std::span<const float>(s.model.params());
   std::copy(params.begin(), params.end(), s.released.params().begin());
-  const auto ev = s.released.evaluate(data_.test.features, data_.test.labels, s.eval_ws);
+  const auto ev = evaluate_shared(s.released, s.eval_ws);
   EpochReport r;
   r.epoch = epoch;
   r.step = t;
@@ -198,10 +242,18 @@ EpochReport Trainer::evaluate_epoch(RunState& s, int epoch, long long t,
 TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoch) {
   const TrainConfig& c = config_;
   model::set_blas_threads(c.threads);
-  RunState s(c, data_.train, q_, sigma_);
-  DPG_INFO("train: " << data_.train.rows << " examples, q = " << q_ << ", " << total_steps_
-                     << " steps, " << (c.dp ? "DP-SGD" : "plain SGD") << ", noise multiplier "
-                     << sigma_ << ", clip " << c.clip_norm << ", noise seed "
+  RunState s(c, data_.train, q_, peer_sigma_, rank());
+  if (comm_) {
+    // Seeded initialisation already agrees; the broadcast makes it so whatever the build.
+    comm_->broadcast(std::as_writable_bytes(std::span<float>(s.model.params())), 0);
+    if (s.ema) s.ema.emplace(s.model.params(), c.ema_decay);
+  }
+  DPG_INFO("train: rank " << rank() << " of " << world() << ", " << data_.train.rows
+                          << " examples here (" << total_rows_ << " in all), q = " << q_ << ", "
+                          << total_steps_ << " steps, " << (c.dp ? "DP-SGD" : "plain SGD")
+                          << ", noise multiplier " << sigma_ << " (each peer adds "
+                          << peer_sigma_ << ", " << c.noise_mode << " noise), clip "
+                          << c.clip_norm << ", noise seed "
                      << (c.noise_seed != 0 ? "from the config" : "secret (OS entropy)")
                      << ", config " << dpg::to_json(c).dump());
   if (c.dp && c.sampling != "poisson") {
@@ -209,7 +261,9 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
   }
   TrainSummary summary;
   summary.sample_rate = q_;
-  summary.noise_multiplier = sigma_;
+  summary.noise_multiplier = model_sigma_;
+  summary.peer_noise_multiplier = peer_sigma_;
+  summary.peers = world();
   summary.steps = total_steps_;
   const int epochs = static_cast<int>(std::ceil(c.epochs - 1e-9));
   const auto start = Clock::now();
@@ -223,6 +277,12 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     EpochTotals totals;
     for (; t < end; ++t) step(s, t, totals, summary);
     train_seconds += seconds_since(epoch_start);
+    double sums[3] = {totals.loss_sum, static_cast<double>(totals.correct),
+                      static_cast<double>(totals.seen)};
+    sum_over_peers(sums);
+    totals.loss_sum = sums[0];
+    totals.correct = static_cast<long long>(sums[1]);
+    totals.seen = static_cast<long long>(sums[2]);
     samples += totals.seen;
     EpochReport r = evaluate_epoch(s, epoch, t, totals);
     r.wall_s = seconds_since(start);
@@ -230,13 +290,18 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     on_epoch(r);
     summary.test_accuracy = r.test_accuracy;
   }
-  const auto last = s.model.evaluate(data_.test.features, data_.test.labels, s.eval_ws);
+  const auto last = evaluate_shared(s.model, s.eval_ws);
+  double dropped = static_cast<double>(summary.dropped_examples);
+  sum_over_peers(std::span<double>(&dropped, 1));
+  summary.dropped_examples = static_cast<long long>(dropped);
   summary.test_accuracy_last_iterate =
       last.rows > 0 ? static_cast<double>(last.correct) / last.rows : 0.0;
   const auto spent = c.dp ? s.accountant.spent(c.delta)
                           : dp::PrivacySpent{std::numeric_limits<double>::infinity(),
                                              std::numeric_limits<double>::quiet_NaN()};
   summary.epsilon = spent.epsilon;
+  summary.message_epsilon = c.dp ? s.message_accountant.spent(c.delta).epsilon
+                                 : std::numeric_limits<double>::infinity();
   summary.best_alpha = spent.best_alpha;
   summary.samples_per_second = train_seconds > 0 ? samples / train_seconds : 0.0;
   summary.wall_s = seconds_since(start);

@@ -1,0 +1,253 @@
+// dpgossip bench allreduce: time per operation, algorithm and bus bandwidth of the ring
+// all-reduce over TCP, optionally beside Gloo's ring and OpenMPI's MPI_Allreduce in one command.
+//
+// With --peers N it starts N peers on 127.0.0.1 (this same program with --hosts and --rank) and
+// collects rank 0's rows; with --hosts and --rank (or a launcher's rank variable) it is one peer of
+// a run across machines.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apps/bench_baseline.h"
+#include "apps/commands.h"
+#include "apps/launch.h"
+#include "apps/parse.h"
+#include "runtime/collective/communicator.h"
+#include "runtime/core/error.h"
+#include "runtime/core/json_io.h"
+#include "runtime/net/hosts.h"
+#include "runtime/net/tcp/tcp_transport.h"
+
+namespace dpg::app {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct AllreduceBenchOptions {
+  int peers = 4;
+  std::string sizes = "4K,64K,1M,16M,64M";
+  int warmup = 5;
+  int repeats = 50;
+  std::string baseline;  // "", "gloo", "mpi" or "gloo,mpi"
+  bool json = false;
+  std::size_t segment_bytes = 256 * 1024;
+  int socket_buffer_bytes = 0;
+  int spin_us = 50;
+  double timeout_s = 60;
+  std::string hosts;        // one peer of a multi-process run
+  std::optional<int> rank;
+  std::string rows_out;     // where rank 0 writes its rows (JSON lines); stdout when empty
+};
+
+std::vector<int> ring_peers(int rank, int n) {
+  std::vector<int> p;
+  if (n > 1) p.push_back((rank + 1) % n);
+  if (n > 2) p.push_back((rank + n - 1) % n);
+  return p;
+}
+
+// Rank-valued inputs whose sum is exact in float: x[i] = rank + 1 + i % 3.
+void fill(std::vector<float>& v, int rank) {
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = float(rank + 1 + int(i % 3));
+}
+
+bool check(const std::vector<float>& v, int n) {
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i] != float(n * (n + 1) / 2 + n * int(i % 3))) return false;
+  }
+  return true;
+}
+
+// One peer: times every size and, on rank 0, reports the rows.
+void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& sizes) {
+  const net::HostsFile hosts = net::load_hosts(o.hosts);
+  const int rank = net::resolve_rank(o.rank, hosts.world());
+  const int n = hosts.world();
+  net::TcpOptions topt;
+  topt.timeout = std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000));
+  topt.connect_timeout = topt.timeout;
+  topt.config_hash = std::hash<std::string>{}(o.sizes) ^ o.segment_bytes;
+  topt.socket_buffer_bytes = o.socket_buffer_bytes;
+  topt.spin_us = o.spin_us;
+  net::TcpTransport transport(hosts, rank, ring_peers(rank, n), topt);
+  collective::Communicator comm(transport, {o.segment_bytes});
+
+  std::vector<AllreduceRow> rows;
+  for (long long bytes : sizes) {
+    std::vector<float> v(static_cast<std::size_t>(bytes / 4));
+    fill(v, rank);
+    for (int i = 0; i < o.warmup; ++i) comm.allreduce(v);
+    const int repeats = repeats_for_size(bytes, o.repeats);
+    std::vector<double> times;
+    for (int i = 0; i < repeats; ++i) {
+      comm.barrier();
+      const auto t0 = Clock::now();
+      comm.allreduce(v);
+      times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+    fill(v, rank);
+    comm.allreduce(v);
+    double bad = check(v, n) ? 0.0 : 1.0;
+    comm.allreduce(std::span<double>(&bad, 1));
+    AllreduceRow row = make_row("dpgossip", n, bytes, times);
+    row.ok = bad == 0.0;
+    rows.push_back(row);
+  }
+  if (rank != 0) return;
+  std::string text;
+  for (const auto& r : rows) text += to_json(r).dump() + "\n";
+  if (o.rows_out.empty()) {
+    std::cout << text << std::flush;
+  } else {
+    write_file_atomic(o.rows_out, text);
+  }
+}
+
+std::string exe_path() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) fail(Code::failed_precondition, "cannot find this program's path: " + ec.message());
+  return p.string();
+}
+
+// Starts --peers N local peers of this program and returns rank 0's rows.
+std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o) {
+  char tmpl[] = "/tmp/dpgossip-bench.XXXXXX";
+  if (!mkdtemp(tmpl)) fail(Code::unavailable, "cannot make a temporary directory in /tmp");
+  const fs::path dir = tmpl;
+  struct Cleanup {
+    fs::path d;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  const net::HostsFile hosts = net::local_hosts(o.peers);
+  const std::string hosts_path = (dir / "hosts.json").string();
+  const std::string rows_path = (dir / "rows.jsonl").string();
+  net::write_hosts(hosts, hosts_path);
+  std::ostringstream timeout;
+  timeout << o.timeout_s;
+  std::vector<std::string> args = {"bench", "allreduce", "--sizes", o.sizes,
+                                   "--warmup", std::to_string(o.warmup),
+                                   "--repeats", std::to_string(o.repeats),
+                                   "--segment-bytes", std::to_string(o.segment_bytes),
+                                   "--socket-buffer-bytes", std::to_string(o.socket_buffer_bytes),
+                                   "--spin-us", std::to_string(o.spin_us),
+                                   "--timeout-s", timeout.str(), "--rows-out", rows_path};
+  const int rc = supervise(local_children(hosts, hosts_path, exe_path(), args));
+  if (rc != 0) fail(Code::aborted, "the benchmark peers failed (exit " + std::to_string(rc) + ")");
+  std::ifstream in(rows_path);
+  std::vector<AllreduceRow> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    rows.push_back(row_from_json(Json::parse(line), rows_path));
+  }
+  return rows;
+}
+
+const AllreduceRow* find_row(const std::vector<AllreduceRow>& rows, const std::string& backend,
+                             long long bytes) {
+  for (const auto& r : rows) {
+    if (r.backend == backend && r.bytes == bytes) return &r;
+  }
+  return nullptr;
+}
+
+void print_table(const std::vector<AllreduceRow>& rows, const std::vector<long long>& sizes,
+                 const std::vector<std::string>& baselines) {
+  std::cout << std::left << std::setw(10) << "backend" << std::right << std::setw(6) << "peers"
+            << std::setw(12) << "bytes" << std::setw(12) << "time_us" << std::setw(12)
+            << "algbw_GB/s" << std::setw(12) << "busbw_GB/s" << std::setw(6) << "ok";
+  for (const auto& b : baselines) std::cout << std::setw(18) << ("busbw/" + b);
+  std::cout << "\n" << std::fixed;
+  for (const auto& r : rows) {
+    std::cout << std::left << std::setw(10) << r.backend << std::right << std::setw(6) << r.peers
+              << std::setw(12) << r.bytes << std::setw(12) << std::setprecision(1) << r.time_us
+              << std::setw(12) << std::setprecision(3) << r.algbw_GBps << std::setw(12)
+              << r.busbw_GBps << std::setw(6) << (r.ok ? "yes" : "NO");
+    if (r.backend == "dpgossip") {
+      for (const auto& b : baselines) {
+        const AllreduceRow* other = find_row(rows, b == "mpi" ? "openmpi" : b, r.bytes);
+        std::cout << std::setw(18) << std::setprecision(2)
+                  << (other && other->busbw_GBps > 0 ? r.busbw_GBps / other->busbw_GBps : 0.0);
+      }
+    }
+    std::cout << "\n";
+  }
+  (void)sizes;
+}
+
+void run_allreduce_bench(const AllreduceBenchOptions& o) {
+  const auto sizes = parse_size_list(o.sizes, "--sizes");
+  for (long long s : sizes) {
+    if (s % 4 != 0) fail(Code::invalid_argument, "--sizes: " + std::to_string(s) +
+                                                     " bytes is not a whole number of floats");
+  }
+  if (o.warmup < 0 || o.repeats < 1) {
+    fail(Code::invalid_argument, "--warmup must be >= 0 and --repeats >= 1");
+  }
+  if (!o.hosts.empty()) return run_peer(o, sizes);
+  if (o.peers < 1) fail(Code::invalid_argument, "--peers: must be at least 1");
+  std::vector<std::string> baselines;
+  if (!o.baseline.empty()) {
+    std::stringstream ss(o.baseline);
+    for (std::string b; std::getline(ss, b, ',');) {
+      if (b != "gloo" && b != "mpi") {
+        fail(Code::invalid_argument, "--baseline: expected gloo, mpi or gloo,mpi; got \"" + b + "\"");
+      }
+      baselines.push_back(b);
+    }
+  }
+  std::vector<AllreduceRow> rows = run_local(o);
+  for (const auto& b : baselines) {
+    auto more = run_baseline(b, o.peers, sizes, o.warmup, o.repeats);
+    rows.insert(rows.end(), more.begin(), more.end());
+  }
+  if (o.json) {
+    for (const auto& r : rows) std::cout << to_json(r).dump() << "\n";
+  } else {
+    print_table(rows, sizes, baselines);
+  }
+  for (const auto& r : rows) {
+    if (!r.ok) fail(Code::internal, r.backend + " all-reduce of " + std::to_string(r.bytes) +
+                                        " bytes gave a wrong result");
+  }
+}
+
+}  // namespace
+
+void add_bench_allreduce(CLI::App& bench) {
+  auto o = std::make_shared<AllreduceBenchOptions>();
+  auto* c = bench.add_subcommand("allreduce", "all-reduce time and bandwidth over TCP");
+  c->add_option("--peers", o->peers, "peers on 127.0.0.1")->capture_default_str();
+  c->add_option("--sizes", o->sizes, "buffer sizes in bytes (K = KiB, M = MiB)")
+      ->capture_default_str();
+  c->add_option("--warmup", o->warmup, "untimed operations per size")->capture_default_str();
+  c->add_option("--repeats", o->repeats, "timed operations per size (fewer above 4 MiB)")
+      ->capture_default_str();
+  c->add_option("--baseline", o->baseline, "gloo, mpi or gloo,mpi: run them in this command too");
+  c->add_flag("--json", o->json, "one JSON object per row");
+  c->add_option("--segment-bytes", o->segment_bytes, "ring segment size")->capture_default_str();
+  c->add_option("--socket-buffer-bytes", o->socket_buffer_bytes,
+                "SO_SNDBUF/SO_RCVBUF (0: kernel autotuning)")->capture_default_str();
+  c->add_option("--spin-us", o->spin_us, "how long a wait yields before sleeping")
+      ->capture_default_str();
+  c->add_option("--timeout-s", o->timeout_s, "timeout of every wait")->capture_default_str();
+  c->add_option("--hosts", o->hosts, "hosts file: run as one peer of it");
+  c->add_option("--rank", o->rank, "this peer's rank (default: from the launcher's environment)");
+  c->add_option("--rows-out", o->rows_out, "file for rank 0's rows (default: stdout)");
+  c->callback([o] { run_allreduce_bench(*o); });
+}
+
+}  // namespace dpg::app
