@@ -10,5 +10,6 @@ void add_prepare(CLI::App& app);
 void add_privacy(CLI::App& app);
 void add_train(CLI::App& app);
 void add_bench(CLI::App& app);
+void add_launch(CLI::App& app);
 
 }  // namespace dpg::app
