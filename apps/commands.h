@@ -11,5 +11,6 @@ void add_privacy(CLI::App& app);
 void add_train(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_bench_allreduce(CLI::App& bench);  // under bench
+void add_launch(CLI::App& app);
 
 }  // namespace dpg::app

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   dpg::app::add_privacy(app);
   dpg::app::add_train(app);
   dpg::app::add_bench(app);
+  dpg::app::add_launch(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
