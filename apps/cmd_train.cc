@@ -1,5 +1,7 @@
 // dpgossip train: config from a JSON file, every field overridable by a flag; prepares
-// Fashion-MNIST first when the data folder has no manifest yet.
+// Fashion-MNIST first when the data folder has no manifest yet. With --algo allreduce and a hosts
+// file it is one peer of a data-parallel run over TCP; rank 0 reports.
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -11,7 +13,11 @@
 #include "runtime/core/json_io.h"
 #include "runtime/core/log.h"
 #include "runtime/core/train_config.h"
+#include "runtime/collective/communicator.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/peer_data.h"
+#include "runtime/net/hosts.h"
+#include "runtime/net/tcp/tcp_transport.h"
 #include "runtime/train/trainer.h"
 
 namespace dpg::app {
@@ -24,6 +30,8 @@ struct TrainFlags {
   bool dp = false;     // --dp: turn DP back on over a config file's "dp": false
   bool no_dp = false;  // --no-dp
   bool json = false;
+  std::string hosts;            // hosts file: this process is one peer of it
+  std::optional<int> rank;      // default: from the launcher's environment
 };
 
 // Applies each flag that was given on the command line over the config read from the file.
@@ -58,6 +66,9 @@ TrainConfig merge(const CLI::App& cmd, const TrainFlags& f) {
   if (given("--seed")) c.seed = v.seed;
   if (given("--noise-seed")) c.noise_seed = v.noise_seed;
   if (given("--threads")) c.threads = v.threads;
+  if (given("--algo")) c.algo = v.algo;
+  if (given("--noise-mode")) c.noise_mode = v.noise_mode;
+  if (given("--timeout-s")) c.timeout_s = v.timeout_s;
   if (given("--metrics")) c.metrics = v.metrics;
   if (f.dp && f.no_dp) fail(Code::invalid_argument, "train: give --dp or --no-dp, not both");
   if (f.dp) c.dp = true;
@@ -70,14 +81,45 @@ TrainConfig merge(const CLI::App& cmd, const TrainFlags& f) {
   return c;
 }
 
-data::Prepared load_or_prepare(const TrainConfig& c) {
+// Rank 0 prepares Fashion-MNIST when the folder has none; the others wait for it (bounded).
+data::Prepared load_or_prepare(const TrainConfig& c, int rank, int world) {
   if (!std::filesystem::exists(std::filesystem::path(c.data) / "manifest.json")) {
-    DPG_INFO("train: " << c.data << " has no manifest.json; preparing Fashion-MNIST there first");
-    data::PrepareOptions p;
-    p.out_dir = c.data;
-    data::prepare(p);
+    if (rank == 0) {
+      DPG_INFO("train: " << c.data << " has no manifest.json; preparing Fashion-MNIST there first");
+      data::PrepareOptions p;
+      p.out_dir = c.data;
+      data::prepare(p);
+    } else {
+      data::wait_for_manifest(c.data, std::chrono::seconds(300));
+    }
   }
-  return data::load_prepared(c.data, 0, 1);
+  return data::load_for_peer(c.data, rank, world, c.seed);
+}
+
+// The peers of this run: the hosts file for --algo allreduce, or this process alone.
+struct Peers {
+  net::HostsFile hosts;
+  int rank = 0;
+  int world() const { return hosts.peers.empty() ? 1 : hosts.world(); }
+};
+
+Peers peers_for(const TrainConfig& c, const TrainFlags& f) {
+  Peers p;
+  if (c.algo == "single") {
+    if (!f.hosts.empty() || f.rank) {
+      fail(Code::invalid_argument, "train: --hosts and --rank need --algo allreduce");
+    }
+    return p;
+  }
+  if (f.hosts.empty()) {
+    if (f.rank && *f.rank != 0) {
+      fail(Code::invalid_argument, "train: --rank without --hosts (give the hosts file)");
+    }
+    return p;  // an all-reduce among one peer
+  }
+  p.hosts = net::load_hosts(f.hosts);
+  p.rank = net::resolve_rank(f.rank, p.hosts.world());
+  return p;
 }
 
 void append_metrics(const std::string& path, const Json& line) {
@@ -91,16 +133,35 @@ void append_metrics(const std::string& path, const Json& line) {
 
 void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   const TrainConfig c = merge(cmd, flags);
-  train::Trainer trainer(c, load_or_prepare(c));
+  const Peers peers = peers_for(c, flags);
+  // One voice per run: other ranks report only warnings and errors.
+  if (peers.rank != 0 && log::level() > log::Level::warn) log::set_level(log::Level::warn);
+  std::optional<net::TcpTransport> transport;
+  std::optional<collective::Communicator> comm;
+  if (peers.world() > 1) {
+    net::TcpOptions t;
+    t.timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
+    t.connect_timeout = t.timeout;
+    t.config_hash = shared_settings_hash(c);
+    const collective::Options copt;
+    transport.emplace(peers.hosts, peers.rank,
+                      collective::peers_needed(peers.rank, peers.world(), copt), t);
+    comm.emplace(*transport, copt);
+  }
+  train::Trainer trainer(c, load_or_prepare(c, peers.rank, peers.world()),
+                         comm ? &*comm : nullptr);
+  const bool reporter = peers.rank == 0;
   const int epochs = static_cast<int>(std::ceil(c.epochs - 1e-9));
   const auto summary = trainer.run([&](const train::EpochReport& r) {
+    if (!reporter) return;
     std::cerr << train::progress_line(r, epochs) << std::endl;
     Json line = r.to_json();
-    line["algo"] = "single";
+    line["algo"] = c.algo;
     line["rank"] = 0;
-    line["peers"] = 1;
+    line["peers"] = peers.world();
     append_metrics(c.metrics, line);
   });
+  if (!reporter) return;
   const Json s = summary.to_json(c);
   if (flags.json) {
     std::cout << s.dump() << std::endl;
@@ -108,7 +169,13 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   }
   std::cout << "test accuracy " << 100 * summary.test_accuracy << "%, epsilon "
             << (c.dp ? std::to_string(summary.epsilon) : std::string("inf (no DP)"))
-            << " at delta " << c.delta << ", noise multiplier " << summary.noise_multiplier
+            << " at delta " << c.delta;
+  if (c.dp && peers.world() > 1) {
+    std::cout << " for the model (" << c.noise_mode << " noise); epsilon "
+              << summary.message_epsilon << " for any one peer's messages";
+  }
+  std::cout << ", " << summary.peers << " peer" << (summary.peers > 1 ? "s" : "")
+            << ", noise multiplier " << summary.noise_multiplier
             << ", " << summary.steps << " steps, " << summary.samples_per_second
             << " samples/s\n";
 }
@@ -145,6 +212,15 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--dp", f->dp, "DP-SGD (the default; overrides \"dp\": false in --config)");
   cmd->add_flag("--no-dp", f->no_dp, "plain SGD: no clipping, no noise");
   cmd->add_flag("--json", f->json, "print the summary as one JSON object");
+  cmd->add_option("--algo", c.algo, "single or allreduce (data-parallel over the hosts file)");
+  cmd->add_option("--noise-mode", c.noise_mode,
+                  "allreduce: distributed (sum carries the central noise) or local (every "
+                  "message is DP on its own)");
+  cmd->add_option("--timeout-s", c.timeout_s, "timeout of every network wait, in seconds");
+  cmd->add_option("--hosts", f->hosts, "hosts file; this process is one of its peers");
+  cmd->add_option("--rank", f->rank,
+                  "this peer's rank (default: OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID "
+                  "or RANK)");
   cmd->callback([cmd, f] { run_train(*cmd, *f); });
 }
 

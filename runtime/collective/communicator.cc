@@ -14,13 +14,80 @@ std::span<std::byte> bytes_of(std::span<std::byte> s, std::size_t begin, std::si
 
 }  // namespace
 
+namespace {
+
+bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+}  // namespace
+
+std::vector<int> peers_needed(int rank, int world, const Options& options) {
+  std::vector<int> p;
+  auto add = [&](int q) {
+    if (q != rank && std::find(p.begin(), p.end(), q) == p.end()) p.push_back(q);
+  };
+  if (world > 1) {
+    add((rank + 1) % world);
+    add((rank + world - 1) % world);
+  }
+  if (options.small_bytes > 0 && power_of_two(world)) {
+    for (int k = 1; k < world; k <<= 1) add(rank ^ k);
+  }
+  return p;
+}
+
 Communicator::Communicator(net::Transport& transport, Options options)
     : transport_(transport), options_(options) {
   if (options_.segment_bytes == 0) fail(Code::invalid_argument, "segment_bytes must be positive");
 }
 
-void Communicator::allreduce(std::span<float> data, Reduce op) { ring_allreduce(data, op); }
-void Communicator::allreduce(std::span<double> data, Reduce op) { ring_allreduce(data, op); }
+void Communicator::allreduce(std::span<float> data, Reduce op) {
+  if (data.size_bytes() <= options_.small_bytes && power_of_two(world())) {
+    doubling_allreduce(data, op);
+  } else {
+    ring_allreduce(data, op);
+  }
+}
+
+void Communicator::allreduce(std::span<double> data, Reduce op) {
+  if (data.size_bytes() <= options_.small_bytes && power_of_two(world())) {
+    doubling_allreduce(data, op);
+  } else {
+    ring_allreduce(data, op);
+  }
+}
+
+// Recursive doubling: at step k each peer swaps its whole buffer with peer rank xor 2^k and both
+// add the two in the same order (lower rank first), so each pair, and in the end every peer,
+// holds the same bits. log2(N) steps; for small buffers, where the step count is the cost.
+template <typename T>
+void Communicator::doubling_allreduce(std::span<T> data, Reduce op) {
+  const int n = world();
+  const int r = rank();
+  const uint64_t round = next_round();
+  if (n == 1 || data.empty()) return;
+  scratch_.resize(data.size_bytes());
+  T* other = reinterpret_cast<T*>(scratch_.data());
+  auto theirs = std::as_writable_bytes(std::span<T>(other, data.size()));
+  uint32_t step = 0;
+  for (int k = 1; k < n; k <<= 1, ++step) {
+    const int partner = r ^ k;
+    const net::Tag tag{kOpAllreduce, round, step};
+    net::Handle in = transport_.recv(partner, tag, theirs);
+    net::Handle out = transport_.send(partner, tag, std::as_bytes(data));
+    transport_.wait(in);
+    transport_.wait(out);  // data is about to change
+    T* mine = data.data();
+    if (r < partner) {
+      for (std::size_t i = 0; i < data.size(); ++i) mine[i] = mine[i] + other[i];
+    } else {
+      for (std::size_t i = 0; i < data.size(); ++i) mine[i] = other[i] + mine[i];
+    }
+  }
+  if (op == Reduce::average) {
+    const T inv_n = T(1) / static_cast<T>(n);
+    for (auto& v : data) v *= inv_n;
+  }
+}
 
 // Reduce-scatter then all-gather around the ring, in 2(N-1) steps. Step g sends one block to
 // the right and receives one from the left; every block is cut into `nseg` segments, and a

@@ -19,7 +19,14 @@ struct Options {
   // Pieces each ring block is cut into, so that sending, receiving and reducing overlap. Small
   // values (a few bytes) reach the multi-segment paths in tests.
   std::size_t segment_bytes = 256 * 1024;
+  // All-reduces up to this size use recursive doubling when the world is a power of two:
+  // log2(N) exchanges of the whole buffer instead of 2(N-1) ring steps, for latency. 0: never.
+  std::size_t small_bytes = 64 * 1024;
 };
+
+// The peers a communicator of `world` with these options talks to: the ring neighbours, plus the
+// recursive-doubling partners (rank xor 2^k) when that path is on. A transport must connect them.
+std::vector<int> peers_needed(int rank, int world, const Options& options);
 
 // Operation ids in tags.
 inline constexpr uint32_t kOpAllreduce = 1;
@@ -47,6 +54,8 @@ class Communicator {
  private:
   template <typename T>
   void ring_allreduce(std::span<T> data, Reduce op);
+  template <typename T>
+  void doubling_allreduce(std::span<T> data, Reduce op);
   uint64_t next_round() { return round_++; }
 
   net::Transport& transport_;

@@ -68,7 +68,7 @@ void OpTable::release(uint32_t index) {
   free_.push_back(index);
 }
 
-void OpTable::wait(Handle h) {
+void OpTable::wait(Handle h, const Driver* drive) {
   if (h.slot >= allocated_ || slot(h.slot).generation != h.generation ||
       slot(h.slot).state.load(std::memory_order_acquire) == OpSlot::idle) {
     fail(Code::internal, "rank " + std::to_string(rank_) + ": wait on a stale or unknown handle");
@@ -78,9 +78,17 @@ void OpTable::wait(Handle h) {
   // Short spin first: with more peers than cores the message usually lands within a few
   // microseconds, and yielding keeps the core for whoever has work.
   const auto spin_end = Clock::now() + std::chrono::microseconds(spin_us_);
-  while (!is_done() && !poisoned() && Clock::now() < spin_end) sched_yield();
+  while (!is_done() && !poisoned() && Clock::now() < spin_end) {
+    if (drive) (*drive)(spin_end, false);
+    if (!is_done()) sched_yield();
+  }
+  const auto deadline = s.posted + timeout_;
+  if (drive) {
+    while (!is_done() && !poisoned() && Clock::now() < deadline) {
+      (*drive)(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)), true);
+    }
+  }
   if (!is_done() && !poisoned()) {
-    const auto deadline = s.posted + timeout_;
     std::unique_lock lock(wait_mu_);
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
     while (!is_done() && !poisoned() && Clock::now() < deadline) {

@@ -49,7 +49,19 @@ struct TcpTransport::Impl {
   OpTable ops;
   asio::io_context io;
   std::vector<std::unique_ptr<Conn>> conns;  // by peer rank; null for peers it does not talk to
-  std::thread thread;
+  std::thread thread;  // runs io when options.progress_thread
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  OpTable::Driver driver;  // runs io on the waiting thread otherwise
+
+  // Runs fn on the I/O side: posted to the I/O thread, or called right here.
+  template <typename F>
+  void on_io(F&& fn) {
+    if (options.progress_thread) {
+      asio::post(io, std::forward<F>(fn));
+    } else {
+      fn();
+    }
+  }
 
   std::string prefix() const { return "rank " + std::to_string(rank) + ": "; }
   Conn& conn_for(int peer, const char* what);

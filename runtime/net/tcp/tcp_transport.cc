@@ -29,7 +29,15 @@ void push(OpTable& ops, uint32_t& head, uint32_t& tail, uint32_t index) {
 }  // namespace
 
 TcpTransport::Impl::Impl(int r, int w, TcpOptions o)
-    : rank(r), world(w), options(o), ops(r, o.timeout, o.spin_us) {}
+    : rank(r), world(w), options(o), ops(r, o.timeout, o.spin_us) {
+  driver = [this](Clock::time_point until, bool block) {
+    if (block) {
+      io.run_one_until(until);
+    } else {
+      io.poll();
+    }
+  };
+}
 
 Conn& TcpTransport::Impl::conn_for(int peer, const char* what) {
   if (peer < 0 || peer >= world || !conns[peer]) {
@@ -193,23 +201,29 @@ void TcpTransport::Impl::shutdown(bool unwinding) {
     ops.poison(Code::aborted, prefix() + "stopped on an error of its own (see its log)");
   }
   const bool clean = !ops.poisoned();
-  asio::post(io, [this, clean] {
+  on_io([this, clean] {
     send_control(clean ? FrameKind::bye : FrameKind::abort, clean ? "" : ops.failure());
   });
   // Wait (bounded) until our goodbye is written and, when clean, every peer's has arrived, so
   // that closing never cuts off data a peer still has to read.
   const auto limit = Clock::now() + (clean ? std::chrono::milliseconds(5000)
                                            : std::chrono::milliseconds(300));
+  auto finished = [this, clean] {
+    bool done = control_flushed();
+    if (clean && !ops.poisoned()) {
+      for (auto& c : conns) done = done && (!c || c->bye_received || c->eof);
+    }
+    return done;
+  };
   while (Clock::now() < limit) {
+    if (!options.progress_thread) {
+      if (finished()) break;
+      io.run_one_for(std::chrono::milliseconds(10));
+      continue;
+    }
     std::promise<bool> p;
     auto f = p.get_future();
-    asio::post(io, [this, clean, &p] {
-      bool done = control_flushed();
-      if (clean && !ops.poisoned()) {
-        for (auto& c : conns) done = done && (!c || c->bye_received || c->eof);
-      }
-      p.set_value(done);
-    });
+    asio::post(io, [&] { p.set_value(finished()); });
     if (f.wait_for(std::chrono::seconds(1)) != std::future_status::ready) break;
     if (f.get()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -235,8 +249,9 @@ TcpTransport::TcpTransport(const HostsFile& hosts, int rank, const std::vector<i
   for (auto& c : impl_->conns) {
     if (c) impl_->read_header(*c);
   }
+  impl_->work.emplace(asio::make_work_guard(impl_->io));
+  if (!impl_->options.progress_thread) return;
   impl_->thread = std::thread([impl = impl_.get()] {
-    auto guard = asio::make_work_guard(impl->io);
     try {
       impl->io.run();
     } catch (const std::exception& e) {
@@ -262,17 +277,19 @@ Handle TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   Handle h = impl_->ops.post(OpKind::send, peer, tag, const_cast<std::byte*>(data.data()),
                              data.size());
   encode_header(FrameHeader{FrameKind::data, tag, data.size()}, impl_->ops.slot(h.slot).header);
-  asio::post(impl_->io, [impl = impl_.get(), i = h.slot] { impl->enqueue_send(i); });
+  impl_->on_io([impl = impl_.get(), i = h.slot] { impl->enqueue_send(i); });
   return h;
 }
 
 Handle TcpTransport::recv(int peer, Tag tag, std::span<std::byte> data) {
   impl_->conn_for(peer, "receive from");
   Handle h = impl_->ops.post(OpKind::recv, peer, tag, data.data(), data.size());
-  asio::post(impl_->io, [impl = impl_.get(), i = h.slot] { impl->enqueue_recv(i); });
+  impl_->on_io([impl = impl_.get(), i = h.slot] { impl->enqueue_recv(i); });
   return h;
 }
 
-void TcpTransport::wait(Handle handle) { impl_->ops.wait(handle); }
+void TcpTransport::wait(Handle handle) {
+  impl_->ops.wait(handle, impl_->options.progress_thread ? nullptr : &impl_->driver);
+}
 
 }  // namespace dpg::net

@@ -18,7 +18,10 @@ struct TcpOptions {
   std::chrono::milliseconds connect_timeout{30000};  // the whole connection set-up
   uint64_t config_hash = 0;         // peers with different hashes refuse to connect
   int socket_buffer_bytes = 0;      // SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning
-  int spin_us = 50;                 // how long a wait yields before it sleeps
+  int spin_us = 50;                 // how long a wait polls and yields before it sleeps
+  // false: the waiting thread runs the I/O itself (lowest latency; nothing moves while no one
+  // waits). true: an I/O thread runs it, so messages flow while the caller computes.
+  bool progress_thread = false;
 };
 
 class TcpTransport final : public Transport {
