@@ -6,6 +6,7 @@
 
 #include <boost/asio.hpp>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -81,6 +82,12 @@ struct TcpTransport::Impl {
   void send_control(FrameKind kind, const std::string& payload);
   bool control_flushed() const;
   void closed_early(Conn& c);
+  // After this peer's own timeout: tells every peer why, then listens (bounded) for their
+  // reasons, so that the message can name the peer that stalled and not only the neighbour that
+  // waited on it. Returns `own` followed by each report received.
+  std::string gather_reports(const std::string& own);
+  std::mutex reports_mu;
+  std::vector<std::string> reports;  // abort texts received from peers, in arrival order
   // Unwinding: the owner is being destroyed by an exception, so peers get an abort, not a bye.
   void shutdown(bool unwinding);
 };

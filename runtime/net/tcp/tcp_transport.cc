@@ -119,8 +119,12 @@ void TcpTransport::Impl::on_header(Conn& c) {
       }
       c.abort_text.resize(h->length);
       asio::async_read(c.socket, asio::buffer(c.abort_text), [this, &c](error_code, std::size_t) {
-        ops.poison(Code::aborted, "peer " + std::to_string(c.peer) + " aborted: " +
-                                      std::string(c.abort_text.begin(), c.abort_text.end()));
+        const std::string text(c.abort_text.begin(), c.abort_text.end());
+        {
+          std::lock_guard lock(reports_mu);
+          reports.push_back("peer " + std::to_string(c.peer) + " reports: " + text);
+        }
+        ops.poison(Code::aborted, "peer " + std::to_string(c.peer) + " aborted: " + text);
       });
       return;
     }
@@ -175,6 +179,29 @@ void TcpTransport::Impl::closed_early(Conn& c) {
   ops.poison(Code::aborted, prefix() + "peer " + std::to_string(c.peer) +
                                 " has finished and said goodbye, but a receive from it is "
                                 "still posted: that peer stopped early");
+}
+
+std::string TcpTransport::Impl::gather_reports(const std::string& own) {
+  on_io([this, own] { send_control(FrameKind::abort, own); });
+  const auto grace = std::min<Clock::duration>(std::chrono::seconds(1), options.timeout / 4);
+  const auto until = Clock::now() + grace;
+  std::size_t expected = 0;
+  for (auto& c : conns) expected += c ? 1 : 0;
+  while (Clock::now() < until) {
+    {
+      std::lock_guard lock(reports_mu);
+      if (reports.size() >= expected) break;
+    }
+    if (options.progress_thread) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } else {
+      io.run_one_for(std::chrono::milliseconds(10));
+    }
+  }
+  std::string message = own;
+  std::lock_guard lock(reports_mu);
+  for (const auto& r : reports) message += "\n  " + r;
+  return message;
 }
 
 // ---- shutdown ----
@@ -289,7 +316,12 @@ Handle TcpTransport::recv(int peer, Tag tag, std::span<std::byte> data) {
 }
 
 void TcpTransport::wait(Handle handle) {
-  impl_->ops.wait(handle, impl_->options.progress_thread ? nullptr : &impl_->driver);
+  try {
+    impl_->ops.wait(handle, impl_->options.progress_thread ? nullptr : &impl_->driver);
+  } catch (const Error& e) {
+    if (e.code() != Code::deadline_exceeded) throw;
+    throw Error(e.code(), impl_->gather_reports(e.what()));
+  }
 }
 
 }  // namespace dpg::net

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# A peer that dies or stalls mid-run: every other peer exits non-zero within the timeout, with a
+# message naming the peer, and no process is left behind.
+set -euo pipefail
+bin=$1
+fmnist=/usr/share/datasets/fashion-mnist
+[ -f "$fmnist/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no $fmnist"; exit 77; }
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+py() { /usr/bin/python3 -c "$@"; }
+
+"$bin" prepare --out "$work/data" >/dev/null
+
+# Starts 4 peers from a fresh hosts file; their pids go to pids[], logs to $work/rank-R.log.
+start_peers() {
+  py '
+import json, socket, sys
+socks = [socket.socket() for _ in range(4)]
+for s in socks: s.bind(("127.0.0.1", 0))
+json.dump({"peers": [{"rank": r, "host": "127.0.0.1", "port": s.getsockname()[1]}
+                     for r, s in enumerate(socks)]}, open(sys.argv[1], "w"))
+' "$work/hosts.json"
+  pids=()
+  for r in 0 1 2 3; do
+    "$bin" train --algo allreduce --hosts "$work/hosts.json" --rank $r --data "$work/data" \
+      --epochs 200 --threads 1 --timeout-s "$1" --metrics "" >"$work/rank-$r.log" 2>&1 &
+    pids+=($!)
+  done
+  # Wait (bounded) until training is under way: rank 0 has reported an epoch.
+  for _ in $(seq 1 300); do
+    grep -q "epoch   1/" "$work/rank-0.log" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "training did not start"; cat "$work"/rank-*.log; exit 1
+}
+
+# Waits at most $1 seconds for the given ranks; fails if one is still running or exited 0.
+expect_exit() {
+  local limit=$1; shift
+  local start=$SECONDS
+  for r in "$@"; do
+    while kill -0 "${pids[$r]}" 2>/dev/null; do
+      if (( SECONDS - start > limit )); then echo "rank $r still running after $limit s"; exit 1; fi
+      sleep 0.1
+    done
+    set +e; wait "${pids[$r]}"; local rc=$?; set -e
+    [ $rc -ne 0 ] || { echo "rank $r exited 0"; exit 1; }
+  done
+}
+
+# 1. Rank 2 is killed: the others notice at once (connection lost or a peer's abort).
+start_peers 30
+kill -9 "${pids[2]}"
+wait "${pids[2]}" 2>/dev/null || true
+expect_exit 10 0 1 3
+for r in 0 1 3; do
+  grep -q "peer 2" "$work/rank-$r.log" || { echo "rank $r does not name peer 2:"; cat "$work/rank-$r.log"; exit 1; }
+done
+echo "killed peer: the others exited, naming peer 2"
+
+# 2. Rank 1 stalls (SIGSTOP): the others time out after 3 s and name it.
+start_peers 3
+kill -STOP "${pids[1]}"
+expect_exit 15 0 2 3
+kill -9 "${pids[1]}"
+for r in 0 2 3; do
+  grep -q "peer 1" "$work/rank-$r.log" || { echo "rank $r does not name peer 1:"; cat "$work/rank-$r.log"; exit 1; }
+done
+grep -q "timed out" "$work/rank-0.log" "$work/rank-2.log" "$work/rank-3.log"
+grep -h -A3 "error" "$work/rank-0.log" | head -4
+echo "stalled peer: the others timed out, naming peer 1"
