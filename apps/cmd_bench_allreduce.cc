@@ -42,6 +42,7 @@ struct AllreduceBenchOptions {
   bool json = false;
   std::size_t segment_bytes = 256 * 1024;
   std::size_t small_bytes = collective::Options{}.small_bytes;
+  std::size_t scratch_slots = collective::Options{}.scratch_slots;
   int socket_buffer_bytes = 0;
   int spin_us = 50;
   double timeout_s = 60;
@@ -73,7 +74,7 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   topt.config_hash = std::hash<std::string>{}(o.sizes) ^ o.segment_bytes ^ (o.small_bytes << 20);
   topt.socket_buffer_bytes = o.socket_buffer_bytes;
   topt.spin_us = o.spin_us;
-  const collective::Options copt{o.segment_bytes, o.small_bytes};
+  const collective::Options copt{o.segment_bytes, o.small_bytes, o.scratch_slots};
   net::TcpTransport transport(hosts, rank, collective::peers_needed(rank, n, copt), topt);
   collective::Communicator comm(transport, copt);
 
@@ -139,6 +140,7 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o) {
                                    "--repeats", std::to_string(o.repeats),
                                    "--segment-bytes", std::to_string(o.segment_bytes),
                                    "--small-bytes", std::to_string(o.small_bytes),
+                                   "--scratch-slots", std::to_string(o.scratch_slots),
                                    "--socket-buffer-bytes", std::to_string(o.socket_buffer_bytes),
                                    "--spin-us", std::to_string(o.spin_us),
                                    "--timeout-s", timeout.str(), "--rows-out", rows_path};
@@ -238,6 +240,8 @@ void add_bench_allreduce(CLI::App& bench) {
   c->add_option("--segment-bytes", o->segment_bytes, "ring segment size")->capture_default_str();
   c->add_option("--small-bytes", o->small_bytes,
                 "largest size for recursive doubling (power-of-two peers; 0: ring only)")
+      ->capture_default_str();
+  c->add_option("--scratch-slots", o->scratch_slots, "reduce-scatter receive buffers in flight")
       ->capture_default_str();
   c->add_option("--socket-buffer-bytes", o->socket_buffer_bytes,
                 "SO_SNDBUF/SO_RCVBUF (0: kernel autotuning)")->capture_default_str();

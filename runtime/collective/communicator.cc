@@ -123,7 +123,11 @@ void Communicator::ring_allreduce(std::span<T> data, Reduce op) {
     return net::Tag{kOpAllreduce, round, static_cast<uint32_t>(g * nseg + k)};
   };
 
-  scratch_.resize(2 * max_block * sizeof(T));
+  // Reduce-scatter receive i (= g * nseg + k) lands in slot i % slots.
+  const std::size_t rs_count = static_cast<std::size_t>(n - 1) * nseg;
+  const std::size_t slot_elems = (max_block + nseg - 1) / nseg;
+  const std::size_t slots = std::max<std::size_t>(1, std::min(options_.scratch_slots, rs_count));
+  scratch_.resize(slots * slot_elems * sizeof(T));
   T* scratch = reinterpret_cast<T*>(scratch_.data());
   sends_.assign(steps * nseg, net::Handle{});
   recvs_.assign(steps * nseg, net::Handle{});
@@ -141,7 +145,7 @@ void Communicator::ring_allreduce(std::span<T> data, Reduce op) {
     segment(recv_block(g), k, b, e);
     std::span<std::byte> dst;
     if (g < n - 1) {
-      const std::size_t at = (g % 2) * max_block + (b - block_begin(recv_block(g)));
+      const std::size_t at = ((g * nseg + k) % slots) * slot_elems;
       dst = std::as_writable_bytes(std::span<T>(scratch + at, e - b));
     } else {
       // The all-gather overwrites the block this peer sent at the same reduce-scatter step.
@@ -157,7 +161,7 @@ void Communicator::ring_allreduce(std::span<T> data, Reduce op) {
                                                                       e * sizeof(T)));
   };
 
-  for (std::size_t k = 0; k < nseg; ++k) post_recv(0, k);
+  for (std::size_t i = 0; i < slots; ++i) post_recv(static_cast<int>(i / nseg), i % nseg);
   for (std::size_t k = 0; k < nseg; ++k) post_send(0, k);
   const T inv_n = T(1) / static_cast<T>(n);
   for (int g = 0; g < steps; ++g) {
@@ -167,15 +171,20 @@ void Communicator::ring_allreduce(std::span<T> data, Reduce op) {
         std::size_t b, e;
         const int blk = recv_block(g);
         segment(blk, k, b, e);
-        const T* src = scratch + (g % 2) * max_block + (b - block_begin(blk));
+        const std::size_t i = g * nseg + k;
+        const T* src = scratch + (i % slots) * slot_elems;
         T* dst = data.data() + b;
-        for (std::size_t i = 0; i < e - b; ++i) dst[i] += src[i];
+        for (std::size_t j = 0; j < e - b; ++j) dst[j] += src[j];
         if (g == n - 2 && op == Reduce::average) {
-          for (std::size_t i = 0; i < e - b; ++i) dst[i] *= inv_n;
+          for (std::size_t j = 0; j < e - b; ++j) dst[j] *= inv_n;
+        }
+        // The slot is free again: post the reduce-scatter receive that reuses it.
+        if (i + slots < rs_count) {
+          post_recv(static_cast<int>((i + slots) / nseg), (i + slots) % nseg);
         }
       }
       if (g + 1 < steps) {
-        post_recv(g + 1, k);
+        if (g + 1 >= n - 1) post_recv(g + 1, k);
         post_send(g + 1, k);
       }
     }

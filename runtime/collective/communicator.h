@@ -22,6 +22,9 @@ struct Options {
   // All-reduces up to this size use recursive doubling when the world is a power of two:
   // log2(N) exchanges of the whole buffer instead of 2(N-1) ring steps, for latency. 0: never.
   std::size_t small_bytes = 64 * 1024;
+  // Reduce-scatter receives land in a ring of this many segment-sized buffers, small enough to
+  // stay in cache, instead of a whole block: fewer trips to memory for large buffers.
+  std::size_t scratch_slots = 4;
 };
 
 // The peers a communicator of `world` with these options talks to: the ring neighbours, plus the

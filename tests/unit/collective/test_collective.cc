@@ -20,14 +20,14 @@ namespace {
 
 // Runs body(comm) on every rank of an n-peer in-process world, one thread each; rethrows the
 // first failure.
-void run_world(int n, std::size_t segment_bytes, const std::function<void(Communicator&)>& body) {
+void run_world(int n, Options options, const std::function<void(Communicator&)>& body) {
   dpg::net::InprocFabric fabric(n, std::chrono::seconds(20));
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(n);
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        Communicator comm(fabric.peer(r), Options{segment_bytes});
+        Communicator comm(fabric.peer(r), options);
         body(comm);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -47,12 +47,16 @@ TEST_CASE("ring all-reduce of rank-valued inputs sums to the closed form, any si
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t(n - 1),
                               std::size_t(n + 1), std::size_t{1000}, std::size_t{100003}}) {
       for (std::size_t seg : {std::size_t{4}, std::size_t{12}, std::size_t{256 * 1024}}) {
+       for (std::size_t small : {std::size_t{0}, std::size_t{64 * 1024}}) {
+        for (std::size_t slots : {std::size_t{1}, std::size_t{3}}) {
         if (count > 2000 && seg < 100) continue;  // tens of thousands of messages: no new path
         CAPTURE(n);
         CAPTURE(count);
         CAPTURE(seg);
+        CAPTURE(small);
+        CAPTURE(slots);
         std::vector<std::vector<float>> out(n);
-        run_world(n, seg, [&](Communicator& c) {
+        run_world(n, Options{seg, small, slots}, [&](Communicator& c) {
           std::vector<float> v(count);
           for (std::size_t i = 0; i < count; ++i) v[i] = float(c.rank()) + float(i % 7);
           c.allreduce(v, Reduce::sum);
@@ -64,6 +68,8 @@ TEST_CASE("ring all-reduce of rank-valued inputs sums to the closed form, any si
             REQUIRE(out[r][i] == float(n * (n - 1) / 2 + n * int(i % 7)));
           }
         }
+        }
+       }
       }
     }
   }
@@ -78,7 +84,7 @@ TEST_CASE("all-reduce average of random floats is bitwise identical on every pee
       v.resize(4099);
       for (auto& x : v) x = normal(gen);
     }
-    run_world(n, 64, [&](Communicator& c) {
+    run_world(n, Options{.segment_bytes = 64}, [&](Communicator& c) {
       auto v = in[c.rank()];
       c.allreduce(v, Reduce::average);
       out[c.rank()] = v;
@@ -100,7 +106,7 @@ TEST_CASE("broadcast, all-gather and barrier, with repeated calls in one communi
     for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{1001}}) {
       CAPTURE(n);
       CAPTURE(size);
-      run_world(n, 7, [&](Communicator& c) {
+      run_world(n, Options{.segment_bytes = 7}, [&](Communicator& c) {
         for (int root = 0; root < n; ++root) {
           std::vector<std::byte> b(size, std::byte(c.rank() == root ? 0 : 0xff));
           for (std::size_t i = 0; c.rank() == root && i < size; ++i) b[i] = std::byte(i * 7 + root);
@@ -119,7 +125,7 @@ TEST_CASE("broadcast, all-gather and barrier, with repeated calls in one communi
 }
 
 TEST_CASE("a size mismatch between peers is an error naming the peer, not a hang") {
-  CHECK_THROWS_WITH_AS(run_world(2, 1024,
+  CHECK_THROWS_WITH_AS(run_world(2, Options{.segment_bytes = 1024},
                                  [&](Communicator& c) {
                                    std::vector<float> v(c.rank() == 0 ? 10 : 12);
                                    c.allreduce(v);

@@ -42,12 +42,7 @@ HostsFile loopback_hosts(int n) {
   return h;
 }
 
-std::vector<int> ring_of(int r, int n) {
-  std::vector<int> p;
-  if (n > 1) p.push_back((r + 1) % n);
-  if (n > 2) p.push_back((r + n - 1) % n);
-  return p;
-}
+std::vector<int> peers_of(int r, int n) { return dpg::collective::peers_needed(r, n, {}); }
 
 // Runs body on n peer threads over TCP; returns each rank's error message ("" when it passed).
 std::vector<std::string> run_tcp(int n, TcpOptions o,
@@ -59,7 +54,7 @@ std::vector<std::string> run_tcp(int n, TcpOptions o,
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        TcpTransport t(hosts, r, ring_of(r, n), per_rank ? per_rank(r, o) : o);
+        TcpTransport t(hosts, r, peers_of(r, n), per_rank ? per_rank(r, o) : o);
         body(t);
       } catch (const dpg::Error& e) {
         errors[r] = e.what();
@@ -72,12 +67,16 @@ std::vector<std::string> run_tcp(int n, TcpOptions o,
 
 }  // namespace
 
-TEST_CASE("ring all-reduce over TCP: 4 peers, odd and large sizes, tiny and default segments") {
+TEST_CASE("all-reduce over TCP: 4 peers, odd and large sizes, tiny and default segments") {
+  for (bool thread : {false, true}) {
+  CAPTURE(thread);
   TcpOptions o;
   o.timeout = 20s;
+  o.progress_thread = thread;
   auto errors = run_tcp(4, o, [](TcpTransport& t) {
     for (std::size_t seg : {std::size_t{16}, std::size_t{256 * 1024}}) {
-      Communicator c(t, {seg});
+      for (std::size_t small : {std::size_t{0}, std::size_t{64 * 1024}}) {
+      Communicator c(t, {seg, small, 3});
       for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{5},
                                 std::size_t{1001}, std::size_t{4 << 20}}) {
         if (seg < 100 && count > 2000) continue;
@@ -91,9 +90,11 @@ TEST_CASE("ring all-reduce over TCP: 4 peers, odd and large sizes, tiny and defa
         }
       }
       c.barrier();
+      }
     }
   });
-  for (auto& e : errors) CHECK(e == "");
+  for (auto& e : errors) CHECK_MESSAGE(e == "", e);
+  }
 }
 
 TEST_CASE("peers with different config hashes refuse to connect and say why") {
