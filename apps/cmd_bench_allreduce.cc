@@ -4,6 +4,7 @@
 // With --peers N it starts N peers on 127.0.0.1 (this same program with --hosts and --rank) and
 // collects rank 0's rows; with --hosts and --rank (or a launcher's rank variable) it is one peer of
 // a run across machines.
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,6 +50,7 @@ struct AllreduceBenchOptions {
   std::string hosts;        // one peer of a multi-process run
   std::optional<int> rank;
   std::string rows_out;     // where rank 0 writes its rows (JSON lines); stdout when empty
+  bool pin = false;         // pin peer r to CPU r mod (CPUs)
 };
 
 // Rank-valued inputs whose sum is exact in float: x[i] = rank + 1 + i % 3.
@@ -68,6 +70,12 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   const net::HostsFile hosts = net::load_hosts(o.hosts);
   const int rank = net::resolve_rank(o.rank, hosts.world());
   const int n = hosts.world();
+  if (o.pin) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(rank % static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), &set);
+    sched_setaffinity(0, sizeof set, &set);
+  }
   net::TcpOptions topt;
   topt.timeout = std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000));
   topt.connect_timeout = topt.timeout;
@@ -144,6 +152,7 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o) {
                                    "--socket-buffer-bytes", std::to_string(o.socket_buffer_bytes),
                                    "--spin-us", std::to_string(o.spin_us),
                                    "--timeout-s", timeout.str(), "--rows-out", rows_path};
+  if (o.pin) args.push_back("--pin");
   const int rc = supervise(local_children(hosts, hosts_path, exe_path(), args));
   if (rc != 0) fail(Code::aborted, "the benchmark peers failed (exit " + std::to_string(rc) + ")");
   std::ifstream in(rows_path);
@@ -248,6 +257,7 @@ void add_bench_allreduce(CLI::App& bench) {
   c->add_option("--spin-us", o->spin_us, "how long a wait yields before sleeping")
       ->capture_default_str();
   c->add_option("--timeout-s", o->timeout_s, "timeout of every wait")->capture_default_str();
+  c->add_flag("--pin", o->pin, "pin peer r to CPU r mod the CPU count");
   c->add_option("--hosts", o->hosts, "hosts file: run as one peer of it");
   c->add_option("--rank", o->rank, "this peer's rank (default: from the launcher's environment)");
   c->add_option("--rows-out", o->rows_out, "file for rank 0's rows (default: stdout)");
