@@ -24,6 +24,7 @@
 #include "apps/parse.h"
 #include "runtime/collective/communicator.h"
 #include "runtime/core/error.h"
+#include "runtime/core/hash.h"
 #include "runtime/core/json_io.h"
 #include "runtime/net/hosts.h"
 #include "runtime/net/tcp/tcp_transport.h"
@@ -79,7 +80,8 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   net::TcpOptions topt;
   topt.timeout = std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000));
   topt.connect_timeout = topt.timeout;
-  topt.config_hash = std::hash<std::string>{}(o.sizes) ^ o.segment_bytes ^ (o.small_bytes << 20);
+  topt.config_hash = fnv1a64(o.sizes + "/" + std::to_string(o.segment_bytes) + "/" +
+                             std::to_string(o.small_bytes) + "/" + std::to_string(o.scratch_slots));
   topt.socket_buffer_bytes = o.socket_buffer_bytes;
   topt.spin_us = o.spin_us;
   const collective::Options copt{o.segment_bytes, o.small_bytes, o.scratch_slots};

@@ -1,6 +1,7 @@
 #include "runtime/core/train_config.h"
 
 #include "runtime/core/error.h"
+#include "runtime/core/hash.h"
 
 namespace dpg {
 
@@ -76,10 +77,7 @@ Json to_json(const TrainConfig& c) {
 std::uint64_t shared_settings_hash(const TrainConfig& c) {
   Json j = to_json(c);
   for (const char* key : {"data", "threads", "metrics", "noise_seed"}) j.erase(key);
-  // FNV-1a over the canonical dump: stable across builds and machines, unlike std::hash.
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char ch : j.dump()) h = (h ^ ch) * 0x100000001b3ull;
-  return h;
+  return fnv1a64(j.dump());  // the canonical dump: keys sorted
 }
 
 namespace {

@@ -123,7 +123,10 @@ std::string OpTable::failure() const {
 
 void OpTable::rethrow(const std::string& context) const {
   std::lock_guard lock(wait_mu_);
-  throw Error(code_, "rank " + std::to_string(rank_) + ": " + context + " failed: " + message_);
+  const std::string prefix = "rank " + std::to_string(rank_) + ": ";
+  const bool ours = message_.rfind(prefix, 0) == 0;  // do not say "rank R:" twice
+  throw Error(code_, prefix + context + " failed: " + (ours ? message_.substr(prefix.size())
+                                                             : message_));
 }
 
 std::string OpTable::describe(const OpSlot& s) {

@@ -152,7 +152,9 @@ struct RunState {
     if (c.sampling == "poisson") {
       poisson.emplace(train.rows, q, rng);
     } else {
-      shuffle.emplace(train.rows, static_cast<std::size_t>(std::llround(c.batch_size)), rng);
+      // This peer's share of the global batch, so that all peers together take batch_size.
+      shuffle.emplace(train.rows,
+                      static_cast<std::size_t>(std::max(1.0, std::round(q * train.rows))), rng);
     }
   }
 
@@ -274,16 +276,15 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     const long long end =
         std::min<long long>(total_steps_, static_cast<long long>(std::ceil(epoch / q_ - 1e-9)));
     const auto epoch_start = Clock::now();
+    const long long epoch_begin = t;
     EpochTotals totals;
     for (; t < end; ++t) step(s, t, totals, summary);
     train_seconds += seconds_since(epoch_start);
-    double sums[3] = {totals.loss_sum, static_cast<double>(totals.correct),
-                      static_cast<double>(totals.seen)};
-    sum_over_peers(sums);
-    totals.loss_sum = sums[0];
-    totals.correct = static_cast<long long>(sums[1]);
-    totals.seen = static_cast<long long>(sums[2]);
-    samples += totals.seen;
+    // Training loss and accuracy come from this peer's private batches and stay here (they are
+    // not noised); throughput over all peers uses the public expected batch size instead.
+    samples += world() == 1 ? totals.seen
+                            : static_cast<long long>(std::llround((end - epoch_begin) *
+                                                                  c.batch_size));
     EpochReport r = evaluate_epoch(s, epoch, t, totals);
     r.wall_s = seconds_since(start);
     r.samples_per_second = train_seconds > 0 ? samples / train_seconds : 0.0;
@@ -291,9 +292,6 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     summary.test_accuracy = r.test_accuracy;
   }
   const auto last = evaluate_shared(s.model, s.eval_ws);
-  double dropped = static_cast<double>(summary.dropped_examples);
-  sum_over_peers(std::span<double>(&dropped, 1));
-  summary.dropped_examples = static_cast<long long>(dropped);
   summary.test_accuracy_last_iterate =
       last.rows > 0 ? static_cast<double>(last.correct) / last.rows : 0.0;
   const auto spent = c.dp ? s.accountant.spent(c.delta)

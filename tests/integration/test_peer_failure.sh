@@ -69,7 +69,7 @@ kill -STOP "${pids[1]}"
 expect_exit 15 0 2 3
 kill -9 "${pids[1]}"
 for r in 0 2 3; do
-  grep -q "peer 1" "$work/rank-$r.log" || { echo "rank $r does not name peer 1:"; cat "$work/rank-$r.log"; exit 1; }
+  grep -q "silent: peer 1 " "$work/rank-$r.log" || { echo "rank $r does not name peer 1:"; cat "$work/rank-$r.log"; exit 1; }
 done
 grep -q "timed out" "$work/rank-0.log" "$work/rank-2.log" "$work/rank-3.log"
 grep -h -A3 "error" "$work/rank-0.log" | head -4

@@ -247,9 +247,9 @@ void TcpTransport::Impl::connect_all(const HostsFile& hosts, const std::vector<i
   s.finish();
   if (s.failure) throw *s.failure;
   if (!s.to_connect.empty() || !s.to_accept.empty()) {
-    dpg::fail(Code::deadline_exceeded, prefix() + "connection set-up timed out after " +
-                                      std::to_string(options.connect_timeout.count() / 1000.0) +
-                                      " s:" + s.outstanding());
+    dpg::fail(Code::deadline_exceeded,
+              prefix() + "connection set-up timed out after " +
+                  std::to_string(options.connect_timeout.count()) + " ms:" + s.outstanding());
   }
 }
 

@@ -201,6 +201,19 @@ std::string TcpTransport::Impl::gather_reports(const std::string& own) {
   std::string message = own;
   std::lock_guard lock(reports_mu);
   for (const auto& r : reports) message += "\n  " + r;
+  // A peer that neither reported nor closed its connection is the likely cause: stopped or hung.
+  std::string silent;
+  for (auto& c : conns) {
+    if (!c || options.progress_thread) continue;  // Conn belongs to the I/O thread then
+    const std::string tag = "peer " + std::to_string(c->peer) + " reports:";
+    bool reported = false;
+    for (const auto& r : reports) reported = reported || r.rfind(tag, 0) == 0;
+    if (!reported && !c->eof) silent += (silent.empty() ? "" : ", ") + std::to_string(c->peer);
+  }
+  if (!silent.empty() && !reports.empty()) {
+    message += "\n  silent: peer " + silent +
+               " sent no report; stopped or hung (the likely cause)";
+  }
   return message;
 }
 
@@ -319,7 +332,8 @@ void TcpTransport::wait(Handle handle) {
   try {
     impl_->ops.wait(handle, impl_->options.progress_thread ? nullptr : &impl_->driver);
   } catch (const Error& e) {
-    if (e.code() != Code::deadline_exceeded) throw;
+    // A timeout here or a peer's abort: find out from the others who stalled.
+    if (e.code() != Code::deadline_exceeded && e.code() != Code::aborted) throw;
     throw Error(e.code(), impl_->gather_reports(e.what()));
   }
 }
