@@ -37,8 +37,9 @@ class Transport {
   // Starts sending `data` to `peer`. The bytes must stay alive and unchanged until wait() returns.
   virtual Handle send(int peer, Tag tag, std::span<const std::byte> data) = 0;
   // Starts receiving exactly data.size() bytes from `peer` under `tag` straight into `data`.
-  // A message of another length is an error. Receives from one peer must be posted in the order
-  // that peer sends them (several may be posted ahead), as with MPI.
+  // A message of another length is an error. Messages from one peer are read in the order it
+  // sent them, and one whose receive is not posted yet holds back the later ones: post the
+  // receive of every message a peer sends before waiting on one it sends after it.
   virtual Handle recv(int peer, Tag tag, std::span<std::byte> data) = 0;
   // Blocks until the operation completes. Throws dpg::Error (deadline_exceeded, unavailable,
   // data_loss, ...) naming this rank, the peer, the tag and the elapsed time when it fails or when
