@@ -174,8 +174,7 @@ const AllreduceRow* find_row(const std::vector<AllreduceRow>& rows, const std::s
   return nullptr;
 }
 
-void print_table(const std::vector<AllreduceRow>& rows, const std::vector<long long>& sizes,
-                 const std::vector<std::string>& baselines) {
+void print_table(const std::vector<AllreduceRow>& rows, const std::vector<std::string>& baselines) {
   std::cout << std::left << std::setw(10) << "backend" << std::right << std::setw(6) << "peers"
             << std::setw(12) << "bytes" << std::setw(12) << "time_us" << std::setw(12)
             << "algbw_GB/s" << std::setw(12) << "busbw_GB/s" << std::setw(6) << "ok";
@@ -195,7 +194,6 @@ void print_table(const std::vector<AllreduceRow>& rows, const std::vector<long l
     }
     std::cout << "\n";
   }
-  (void)sizes;
 }
 
 void run_allreduce_bench(const AllreduceBenchOptions& o) {
@@ -227,7 +225,7 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
   if (o.json) {
     for (const auto& r : rows) std::cout << to_json(r).dump() << "\n";
   } else {
-    print_table(rows, sizes, baselines);
+    print_table(rows, baselines);
   }
   for (const auto& r : rows) {
     if (!r.ok) fail(Code::internal, r.backend + " all-reduce of " + std::to_string(r.bytes) +

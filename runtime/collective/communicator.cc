@@ -40,15 +40,11 @@ Communicator::Communicator(net::Transport& transport, Options options)
   if (options_.segment_bytes == 0) fail(Code::invalid_argument, "segment_bytes must be positive");
 }
 
-void Communicator::allreduce(std::span<float> data, Reduce op) {
-  if (data.size_bytes() <= options_.small_bytes && power_of_two(world())) {
-    doubling_allreduce(data, op);
-  } else {
-    ring_allreduce(data, op);
-  }
-}
+void Communicator::allreduce(std::span<float> data, Reduce op) { allreduce_any(data, op); }
+void Communicator::allreduce(std::span<double> data, Reduce op) { allreduce_any(data, op); }
 
-void Communicator::allreduce(std::span<double> data, Reduce op) {
+template <typename T>
+void Communicator::allreduce_any(std::span<T> data, Reduce op) {
   if (data.size_bytes() <= options_.small_bytes && power_of_two(world())) {
     doubling_allreduce(data, op);
   } else {

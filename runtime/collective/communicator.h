@@ -55,6 +55,9 @@ class Communicator {
   void barrier();
 
  private:
+  // Recursive doubling for small buffers on a power-of-two world, else the ring.
+  template <typename T>
+  void allreduce_any(std::span<T> data, Reduce op);
   template <typename T>
   void ring_allreduce(std::span<T> data, Reduce op);
   template <typename T>

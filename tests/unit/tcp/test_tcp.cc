@@ -2,18 +2,14 @@
 // sockets, the handshake's refusals, and failures that must end in an error, never a hang.
 #include <doctest/doctest.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <functional>
-#include <numeric>
 #include <thread>
 #include <vector>
 
 #include "runtime/collective/communicator.h"
 #include "runtime/core/error.h"
+#include "runtime/net/hosts.h"
 #include "runtime/net/tcp/tcp_transport.h"
 
 using namespace std::chrono_literals;
@@ -24,31 +20,13 @@ using dpg::net::TcpTransport;
 
 namespace {
 
-HostsFile loopback_hosts(int n) {
-  HostsFile h;
-  std::vector<int> fds;
-  for (int r = 0; r < n; ++r) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    h.peers.push_back({r, "127.0.0.1", ntohs(a.sin_port)});
-    fds.push_back(fd);
-  }
-  for (int fd : fds) close(fd);
-  return h;
-}
-
 std::vector<int> peers_of(int r, int n) { return dpg::collective::peers_needed(r, n, {}); }
 
 // Runs body on n peer threads over TCP; returns each rank's error message ("" when it passed).
 std::vector<std::string> run_tcp(int n, TcpOptions o,
                                  const std::function<void(TcpTransport&)>& body,
                                  const std::function<TcpOptions(int, TcpOptions)>& per_rank = {}) {
-  HostsFile hosts = loopback_hosts(n);
+  HostsFile hosts = dpg::net::local_hosts(n);
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
@@ -112,7 +90,7 @@ TEST_CASE("peers with different config hashes refuse to connect and say why") {
 }
 
 TEST_CASE("a peer that never starts fails the set-up within the deadline, naming it") {
-  HostsFile hosts = loopback_hosts(2);
+  HostsFile hosts = dpg::net::local_hosts(2);
   TcpOptions o;
   o.connect_timeout = 800ms;
   auto t0 = std::chrono::steady_clock::now();
