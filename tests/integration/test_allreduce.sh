@@ -4,11 +4,10 @@
 # refusal when the peers were started with different settings.
 set -euo pipefail
 bin=$1
-fmnist=/usr/share/datasets/fashion-mnist
-[ -f "$fmnist/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no $fmnist"; exit 77; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+require_fmnist
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-py() { /usr/bin/python3 -c "$@"; }
 
 "$bin" prepare --out "$work/data" >/dev/null
 common=(--data "$work/data" --epochs 6 --threads 1 --json)
@@ -45,13 +44,7 @@ assert all(l["peers"] == 4 and l["algo"] == "allreduce" for l in lines)
 ' "$work/one.json" "$work/four.json" "$work/local.json" "$work/m.jsonl"
 
 # Peers started with different settings refuse to train together and say why.
-py '
-import json, socket, sys
-socks = [socket.socket() for _ in range(2)]
-for s in socks: s.bind(("127.0.0.1", 0))
-json.dump({"peers": [{"rank": r, "host": "127.0.0.1", "port": s.getsockname()[1]}
-                     for r, s in enumerate(socks)]}, open(sys.argv[1], "w"))
-' "$work/hosts.json"
+write_local_hosts 2 "$work/hosts.json"
 set +e
 "$bin" train --algo allreduce --hosts "$work/hosts.json" --rank 0 --data "$work/data" --epochs 1 \
   --lr 0.5 --timeout-s 20 --metrics "" 2>"$work/r0.log" &

@@ -3,8 +3,8 @@
 # message naming the peer, and no process is left behind.
 set -euo pipefail
 bin=$1
-fmnist=/usr/share/datasets/fashion-mnist
-[ -f "$fmnist/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no $fmnist"; exit 77; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+require_fmnist
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -12,19 +12,12 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-py() { /usr/bin/python3 -c "$@"; }
 
 "$bin" prepare --out "$work/data" >/dev/null
 
 # Starts 4 peers from a fresh hosts file; their pids go to pids[], logs to $work/rank-R.log.
 start_peers() {
-  py '
-import json, socket, sys
-socks = [socket.socket() for _ in range(4)]
-for s in socks: s.bind(("127.0.0.1", 0))
-json.dump({"peers": [{"rank": r, "host": "127.0.0.1", "port": s.getsockname()[1]}
-                     for r, s in enumerate(socks)]}, open(sys.argv[1], "w"))
-' "$work/hosts.json"
+  write_local_hosts 4 "$work/hosts.json"
   pids=()
   for r in 0 1 2 3; do
     "$bin" train --algo allreduce --hosts "$work/hosts.json" --rank $r --data "$work/data" \

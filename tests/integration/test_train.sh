@@ -3,11 +3,10 @@
 # `dpgossip privacy` says for the same q, sigma and steps, and config errors naming the field.
 set -euo pipefail
 bin=$1
-fmnist=/usr/share/datasets/fashion-mnist
-[ -f "$fmnist/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no $fmnist"; exit 77; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+require_fmnist
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-py() { /usr/bin/python3 -c "$@"; }
 
 "$bin" prepare --out "$work/data" >/dev/null
 "$bin" train --data "$work/data" --epochs 2 --batch-size 2048 --lr 4 --momentum 0 --ema-decay 0 --threads 1 --metrics "$work/m.jsonl" --json \
