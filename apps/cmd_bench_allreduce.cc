@@ -52,6 +52,7 @@ struct AllreduceBenchOptions {
   std::optional<int> rank;
   std::string rows_out;     // where rank 0 writes its rows (JSON lines); stdout when empty
   bool pin = false;         // pin peer r to CPU r mod (CPUs)
+  bool progress_thread = false;  // an I/O thread per peer instead of I/O on the waiting thread
 };
 
 // Rank-valued inputs whose sum is exact in float: x[i] = rank + 1 + i % 3.
@@ -84,6 +85,7 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
                              std::to_string(o.small_bytes) + "/" + std::to_string(o.scratch_slots));
   topt.socket_buffer_bytes = o.socket_buffer_bytes;
   topt.spin_us = o.spin_us;
+  topt.progress_thread = o.progress_thread;
   const collective::Options copt{o.segment_bytes, o.small_bytes, o.scratch_slots};
   net::TcpTransport transport(hosts, rank, collective::peers_needed(rank, n, copt), topt);
   collective::Communicator comm(transport, copt);
@@ -155,6 +157,7 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o) {
                                    "--spin-us", std::to_string(o.spin_us),
                                    "--timeout-s", timeout.str(), "--rows-out", rows_path};
   if (o.pin) args.push_back("--pin");
+  if (o.progress_thread) args.push_back("--progress-thread");
   const int rc = supervise(local_children(hosts, hosts_path, exe_path(), args));
   if (rc != 0) fail(Code::aborted, "the benchmark peers failed (exit " + std::to_string(rc) + ")");
   std::ifstream in(rows_path);
@@ -258,6 +261,8 @@ void add_bench_allreduce(CLI::App& bench) {
       ->capture_default_str();
   c->add_option("--timeout-s", o->timeout_s, "timeout of every wait")->capture_default_str();
   c->add_flag("--pin", o->pin, "pin peer r to CPU r mod the CPU count");
+  c->add_flag("--progress-thread", o->progress_thread,
+              "run each peer's I/O on a thread of its own (default: on the waiting thread)");
   c->add_option("--hosts", o->hosts, "hosts file: run as one peer of it");
   c->add_option("--rank", o->rank, "this peer's rank (default: from the launcher's environment)");
   c->add_option("--rows-out", o->rows_out, "file for rank 0's rows (default: stdout)");
