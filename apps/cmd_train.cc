@@ -1,13 +1,16 @@
 // dpgossip train: config from a JSON file, every field overridable by a flag; prepares
-// Fashion-MNIST first when the data folder has no manifest yet. With --algo allreduce and a hosts
-// file it is one peer of a data-parallel run over TCP; rank 0 reports.
+// Fashion-MNIST first when the data folder has no manifest yet. With --algo allreduce or gossip
+// and a hosts file it is one peer of a run over TCP; rank 0 reports and writes the metrics.
+#include <ctime>
 #include <optional>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <iostream>
 #include <memory>
 
 #include "apps/commands.h"
+#include "apps/gossip_setup.h"
 #include "apps/parse.h"
 #include "runtime/core/error.h"
 #include "runtime/core/json_io.h"
@@ -70,6 +73,14 @@ TrainConfig merge(const CLI::App& cmd, const TrainFlags& f) {
   if (given("--noise-mode")) c.noise_mode = v.noise_mode;
   if (given("--timeout-s")) c.timeout_s = v.timeout_s;
   if (given("--metrics")) c.metrics = v.metrics;
+  if (given("--topology")) c.topology = v.topology;
+  if (given("--topology-weights")) c.topology_weights = v.topology_weights;
+  if (given("--topology-degree")) c.topology_degree = v.topology_degree;
+  if (given("--topology-seed")) c.topology_seed = v.topology_seed;
+  if (given("--topology-schedule")) c.topology_schedule = v.topology_schedule;
+  if (given("--init")) c.init = v.init;
+  if (given("--metrics-every")) c.metrics_every = v.metrics_every;
+  if (given("--run-name")) c.run_name = v.run_name;
   if (f.dp && f.no_dp) fail(Code::invalid_argument, "train: give --dp or --no-dp, not both");
   if (f.dp) c.dp = true;
   if (f.no_dp) c.dp = false;
@@ -96,7 +107,7 @@ data::Prepared load_or_prepare(const TrainConfig& c, int rank, int world) {
   return data::load_for_peer(c.data, rank, world, c.seed);
 }
 
-// The peers of this run: the hosts file for --algo allreduce, or this process alone.
+// The peers of this run: the hosts file for --algo allreduce or gossip, or this process alone.
 struct Peers {
   net::HostsFile hosts;
   int rank = 0;
@@ -107,7 +118,7 @@ Peers peers_for(const TrainConfig& c, const TrainFlags& f) {
   Peers p;
   if (c.algo == "single") {
     if (!f.hosts.empty() || f.rank) {
-      fail(Code::invalid_argument, "train: --hosts and --rank need --algo allreduce");
+      fail(Code::invalid_argument, "train: --hosts and --rank need --algo allreduce or gossip");
     }
     return p;
   }
@@ -115,7 +126,7 @@ Peers peers_for(const TrainConfig& c, const TrainFlags& f) {
     if (f.rank && *f.rank != 0) {
       fail(Code::invalid_argument, "train: --rank without --hosts (give the hosts file)");
     }
-    return p;  // an all-reduce among one peer
+    return p;  // an all-reduce (or gossip) among one peer
   }
   p.hosts = net::load_hosts(f.hosts);
   p.rank = net::resolve_rank(f.rank, p.hosts.world());
@@ -131,11 +142,25 @@ void append_metrics(const std::string& path, const Json& line) {
   out << line.dump() << "\n";
 }
 
+// "gossip-ring-n8-20261121-101500": algorithm, graph, peers and the start time.
+std::string default_run_name(const TrainConfig& c, int world) {
+  char when[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(when, sizeof when, "%Y%m%d-%H%M%S", std::localtime(&now));
+  std::string graph = c.algo == "gossip" ? "-" + std::filesystem::path(c.topology).stem().string()
+                                         : "";
+  if (c.algo == "gossip" && !c.topology_schedule.empty()) graph += "-swap";
+  return c.algo + graph + "-n" + std::to_string(world) + "-" + when;
+}
+
 void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   const TrainConfig c = merge(cmd, flags);
   const Peers peers = peers_for(c, flags);
   // One voice per run: other ranks report only warnings and errors.
   if (peers.rank != 0 && log::level() > log::Level::warn) log::set_level(log::Level::warn);
+  const bool gossip = c.algo == "gossip" && peers.world() > 1;
+  std::vector<train::GossipPhase> phases;
+  if (gossip) phases = gossip_phases(c, peers.world());
   std::optional<net::TcpTransport> transport;
   std::optional<collective::Communicator> comm;
   if (peers.world() > 1) {
@@ -143,26 +168,48 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
     t.timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
     t.connect_timeout = t.timeout;
     t.config_hash = shared_settings_hash(c);
+    // Gossip overlaps the exchange with the gradient, so the I/O needs a thread of its own.
+    t.progress_thread = gossip;
     const collective::Options copt;
-    transport.emplace(peers.hosts, peers.rank,
-                      collective::peers_needed(peers.rank, peers.world(), copt), t);
+    // The collectives' peers (the initial broadcast, evaluation and metrics), plus for gossip
+    // the neighbours of every graph of the run.
+    std::set<int> talk_to;
+    for (int p : collective::peers_needed(peers.rank, peers.world(), copt)) talk_to.insert(p);
+    for (int p : gossip_neighbours(phases, peers.rank)) talk_to.insert(p);
+    transport.emplace(peers.hosts, peers.rank, std::vector<int>(talk_to.begin(), talk_to.end()),
+                      t);
     comm.emplace(*transport, copt);
   }
   train::Trainer trainer(c, load_or_prepare(c, peers.rank, peers.world()),
-                         comm ? &*comm : nullptr);
+                         comm ? &*comm : nullptr, std::move(phases));
   const bool reporter = peers.rank == 0;
   const int epochs = static_cast<int>(std::ceil(c.epochs - 1e-9));
-  const auto summary = trainer.run([&](const train::EpochReport& r) {
-    if (!reporter) return;
-    std::cerr << train::progress_line(r, epochs) << std::endl;
-    Json line = r.to_json();
+  const std::string run = c.run_name.empty() ? default_run_name(c, peers.world()) : c.run_name;
+  auto metrics_line = [&](Json line, const char* kind) {
+    line["run"] = run;
+    line["kind"] = kind;
     line["algo"] = c.algo;
     line["rank"] = 0;
     line["peers"] = peers.world();
     append_metrics(c.metrics, line);
-  });
+  };
+  const auto summary = trainer.run(
+      [&](const train::EpochReport& r) {
+        if (!reporter) return;
+        std::cerr << train::progress_line(r, epochs) << std::endl;
+        metrics_line(r.to_json(), "epoch");
+      },
+      [&](const train::ConsensusReport& r) {
+        if (reporter) metrics_line(r.to_json(), "consensus");
+      });
   if (!reporter) return;
-  const Json s = summary.to_json(c);
+  Json s = summary.to_json(c);
+  s["run"] = run;
+  if (!c.metrics.empty()) {
+    Json line = s;
+    line.erase("accountant");
+    metrics_line(line, "summary");
+  }
   if (flags.json) {
     std::cout << s.dump() << std::endl;
     return;
@@ -170,7 +217,10 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   std::cout << "test accuracy " << 100 * summary.test_accuracy << "%, epsilon "
             << (c.dp ? std::to_string(summary.epsilon) : std::string("inf (no DP)"))
             << " at delta " << c.delta;
-  if (c.dp && peers.world() > 1) {
+  if (c.dp && gossip) {
+    std::cout << " for the worst peer's data (gossip on " << summary.topology << ", rho "
+              << summary.rho << ", local noise)";
+  } else if (c.dp && peers.world() > 1) {
     std::cout << " for the model (" << c.noise_mode << " noise); epsilon "
               << summary.message_epsilon << " for any one peer's messages";
   }
@@ -212,10 +262,25 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--dp", f->dp, "DP-SGD (the default; overrides \"dp\": false in --config)");
   cmd->add_flag("--no-dp", f->no_dp, "plain SGD: no clipping, no noise");
   cmd->add_flag("--json", f->json, "print the summary as one JSON object");
-  cmd->add_option("--algo", c.algo, "single or allreduce (data-parallel over the hosts file)");
+  cmd->add_option("--algo", c.algo,
+                  "single, allreduce (data-parallel over the hosts file) or gossip (D-PSGD)");
+  cmd->add_option("--topology", c.topology,
+                  "gossip: graph kind (ring, torus, hypercube, exponential, "
+                  "symmetric-exponential, one-peer-exponential, complete, star, random-regular) "
+                  "or a .json graph file (default " + d.topology + ")");
+  cmd->add_option("--topology-weights", c.topology_weights, "metropolis, uniform or lazy");
+  cmd->add_option("--topology-degree", c.topology_degree, "random-regular: the degree");
+  cmd->add_option("--topology-seed", c.topology_seed, "random-regular: the seed");
+  cmd->add_option("--topology-schedule", c.topology_schedule,
+                  "gossip: later graphs, e.g. epoch:5=exponential,step:300=ring");
+  cmd->add_option("--init", c.init,
+                  "gossip: same (rank 0's model everywhere) or independent (seed + rank)");
+  cmd->add_option("--metrics-every", c.metrics_every,
+                  "gossip: consensus distance every K steps (0: off)");
+  cmd->add_option("--run-name", c.run_name, "the run id of the metrics lines");
   cmd->add_option("--noise-mode", c.noise_mode,
                   "allreduce: distributed (sum carries the central noise) or local (every "
-                  "message is DP on its own)");
+                  "message is DP on its own); gossip is always local");
   cmd->add_option("--timeout-s", c.timeout_s, "timeout of every network wait, in seconds");
   cmd->add_option("--hosts", f->hosts, "hosts file; this process is one of its peers");
   cmd->add_option("--rank", f->rank,

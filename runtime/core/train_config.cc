@@ -10,7 +10,9 @@ TrainConfig train_config_from_json(const Json& j, const std::string& where) {
   r.reject_unknown({"data", "hidden", "activation", "epochs", "batch_size", "sampling", "lr",
                     "momentum", "weight_decay", "lr_schedule", "ema_decay", "dp", "clip_norm",
                     "noise_multiplier", "target_epsilon", "delta", "seed", "noise_seed", "threads",
-                    "metrics", "algo", "noise_mode", "timeout_s"});
+                    "metrics", "algo", "noise_mode", "timeout_s", "topology",
+                    "topology_weights", "topology_degree", "topology_seed", "topology_schedule",
+                    "init", "metrics_every", "run_name"});
   TrainConfig c;
   if (r.has("data")) c.data = r.string("data");
   if (r.has("hidden")) {
@@ -51,6 +53,18 @@ TrainConfig train_config_from_json(const Json& j, const std::string& where) {
   if (r.has("algo")) c.algo = r.string("algo");
   if (r.has("noise_mode")) c.noise_mode = r.string("noise_mode");
   if (r.has("timeout_s")) c.timeout_s = r.number("timeout_s");
+  if (r.has("topology")) c.topology = r.string("topology");
+  if (r.has("topology_weights")) c.topology_weights = r.string("topology_weights");
+  if (r.has("topology_degree")) c.topology_degree = static_cast<int>(r.integer("topology_degree"));
+  if (r.has("topology_seed")) {
+    const long long s = r.integer("topology_seed");
+    if (s < 0) r.fail_at("topology_seed", "must be non-negative");
+    c.topology_seed = static_cast<std::uint64_t>(s);
+  }
+  if (r.has("topology_schedule")) c.topology_schedule = r.string("topology_schedule");
+  if (r.has("init")) c.init = r.string("init");
+  if (r.has("metrics_every")) c.metrics_every = static_cast<int>(r.integer("metrics_every"));
+  if (r.has("run_name")) c.run_name = r.string("run_name");
   try {
     validate(c);
   } catch (const Error& e) {
@@ -71,12 +85,16 @@ Json to_json(const TrainConfig& c) {
           {"seed", c.seed},         {"noise_seed", c.noise_seed},
           {"threads", c.threads},
           {"metrics", c.metrics},   {"algo", c.algo},
-          {"noise_mode", c.noise_mode}, {"timeout_s", c.timeout_s}};
+          {"noise_mode", c.noise_mode}, {"timeout_s", c.timeout_s},
+          {"topology", c.topology}, {"topology_weights", c.topology_weights},
+          {"topology_degree", c.topology_degree}, {"topology_seed", c.topology_seed},
+          {"topology_schedule", c.topology_schedule}, {"init", c.init},
+          {"metrics_every", c.metrics_every}, {"run_name", c.run_name}};
 }
 
 std::uint64_t shared_settings_hash(const TrainConfig& c) {
   Json j = to_json(c);
-  for (const char* key : {"data", "threads", "metrics", "noise_seed"}) j.erase(key);
+  for (const char* key : {"data", "threads", "metrics", "noise_seed", "run_name"}) j.erase(key);
   return fnv1a64(j.dump());  // the canonical dump: keys sorted
 }
 
@@ -94,7 +112,7 @@ void validate(const TrainConfig& c) {
   require(c.batch_size >= 1, "batch_size", "must be at least 1");
   require(c.sampling == "poisson" || c.sampling == "shuffle", "sampling",
           "expected poisson or shuffle, got \"" + c.sampling + "\"");
-  require(c.lr > 0, "lr", "must be positive");
+  require(c.lr >= 0, "lr", "must be non-negative");
   require(c.momentum >= 0 && c.momentum < 1, "momentum", "must be in [0, 1)");
   require(c.weight_decay >= 0, "weight_decay", "must be non-negative");
   require(c.lr_schedule == "constant" || c.lr_schedule == "cosine", "lr_schedule",
@@ -106,8 +124,17 @@ void validate(const TrainConfig& c) {
           "must be positive when noise_multiplier is not given");
   require(c.delta > 0 && c.delta < 1, "delta", "must be in (0, 1)");
   require(c.threads >= 1 && c.threads <= 256, "threads", "must be in [1, 256]");
-  require(c.algo == "single" || c.algo == "allreduce", "algo",
-          "expected single or allreduce, got \"" + c.algo + "\"");
+  require(c.algo == "single" || c.algo == "allreduce" || c.algo == "gossip", "algo",
+          "expected single, allreduce or gossip, got \"" + c.algo + "\"");
+  require(!c.topology.empty(), "topology", "must name a kind or a .json graph file");
+  require(c.topology_weights == "metropolis" || c.topology_weights == "uniform" ||
+              c.topology_weights == "lazy",
+          "topology_weights",
+          "expected metropolis, uniform or lazy, got \"" + c.topology_weights + "\"");
+  require(c.topology_degree >= 0, "topology_degree", "must be non-negative");
+  require(c.init == "same" || c.init == "independent", "init",
+          "expected same or independent, got \"" + c.init + "\"");
+  require(c.metrics_every >= 0, "metrics_every", "must be non-negative (0: off)");
   require(c.noise_mode == "distributed" || c.noise_mode == "local", "noise_mode",
           "expected distributed or local, got \"" + c.noise_mode + "\"");
   require(c.timeout_s > 0, "timeout_s", "must be positive");

@@ -34,11 +34,27 @@ struct TrainConfig {
   std::uint64_t noise_seed = 0;
   int threads = 2;                           // BLAS threads
   // single: one process. allreduce: synchronous data-parallel DP-SGD over a ring all-reduce of
-  // every peer in the hosts file.
+  // every peer in the hosts file. gossip: D-PSGD, each peer mixing its model with its neighbours'
+  // in `topology` (docs/GOSSIP.md).
   std::string algo = "single";
   // allreduce only. distributed: each of N peers adds N(0, sigma^2 C^2 / N), so the sum carries
   // the central noise. local: each peer adds N(0, sigma^2 C^2), so every message is itself DP.
   std::string noise_mode = "distributed";
+  // gossip only. A kind (ring, torus, hypercube, exponential, symmetric-exponential,
+  // one-peer-exponential, complete, star, random-regular) or a JSON graph file (a name ending in
+  // .json), with the weight rule, degree and seed of the generators (docs/TOPOLOGY.md).
+  std::string topology = "ring";
+  std::string topology_weights = "metropolis";  // metropolis | uniform | lazy
+  int topology_degree = 0;                      // random-regular: d (0: the generator's default)
+  std::uint64_t topology_seed = 0;              // random-regular
+  // gossip only. Later graphs: "epoch:5=exponential,step:300=ring" switches every peer to the
+  // named graph at that epoch (or step) boundary. "" keeps `topology` for the whole run.
+  std::string topology_schedule;
+  // gossip only. same: every peer starts from rank 0's initial model (D-PSGD's x_0). independent:
+  // each peer initialises with seed + rank, to watch disagreement decay (with lr 0, plain gossip).
+  std::string init = "same";
+  int metrics_every = 5;                        // gossip: consensus distance every K steps (0: off)
+  std::string run_name;                         // the "run" of every metrics line ("": generated)
   double timeout_s = 60;                     // every network wait, and the connection set-up
   std::string metrics = "runs/metrics.jsonl";  // JSON-lines file, appended ("" = none)
 };

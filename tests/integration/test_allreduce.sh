@@ -39,8 +39,12 @@ assert abs(local["message_epsilon"] - one["epsilon"]) < 1e-9, local
 assert local["epsilon"] < one["epsilon"] / 2, local
 assert abs(local["noise_multiplier"] - 2 * one["noise_multiplier"]) < 1e-12
 lines = [json.loads(l) for l in open(sys.argv[4])]
-assert [l["epoch"] for l in lines] == list(range(1, 7)), "rank 0 alone writes the metrics"
+epochs = [l for l in lines if l["kind"] == "epoch"]
+assert [l["epoch"] for l in epochs] == list(range(1, 7)), "rank 0 alone writes the metrics"
+assert [l["kind"] for l in lines[len(epochs):]] == ["summary"], lines[-1]
 assert all(l["peers"] == 4 and l["algo"] == "allreduce" for l in lines)
+assert len({l["run"] for l in lines}) == 1
+assert lines[-1]["spectral_gap"] == 1 and lines[-1]["topology"] == "allreduce"
 ' "$work/one.json" "$work/four.json" "$work/local.json" "$work/m.jsonl"
 
 # Peers started with different settings refuse to train together and say why.

@@ -1,0 +1,108 @@
+#include "apps/gossip_setup.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "runtime/core/error.h"
+#include "runtime/core/json_io.h"
+#include "topology/generators.h"
+
+namespace dpg::app {
+namespace {
+
+bool is_file(const std::string& name) {
+  return name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
+}
+
+std::vector<topology::Topology> graphs_for(const std::string& name, const TrainConfig& c,
+                                           int world, const std::string& field) {
+  if (is_file(name)) return topology::from_json(read_json_file(name), name + ":", c.topology_weights);
+  const auto& kinds = topology::kinds();
+  if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) {
+    std::string list;
+    for (const auto& k : kinds) list += (list.empty() ? "" : ", ") + k;
+    fail(Code::invalid_argument, field + ": unknown topology \"" + name + "\" (kinds: " + list +
+                                     "; or a .json graph file)");
+  }
+  topology::GraphSpec spec;
+  spec.kind = name;
+  spec.peers = world;
+  spec.weights = c.topology_weights;
+  spec.degree = c.topology_degree;
+  spec.seed = c.topology_seed;
+  try {
+    return topology::make(spec);
+  } catch (const Error& e) {
+    fail(e.code(), field + ": " + e.what());
+  }
+}
+
+train::GossipPhase phase(double at, bool in_epochs, const std::string& name, const TrainConfig& c,
+                         int world, const std::string& field) {
+  train::GossipPhase p;
+  p.at = at;
+  p.in_epochs = in_epochs;
+  p.label = is_file(name) ? "file:" + name : name;
+  p.period = graphs_for(name, c, world, field);
+  if (p.period.empty() || p.period.front().peers() != world) {
+    fail(Code::invalid_argument,
+         field + ": graph \"" + name + "\" has " +
+             std::to_string(p.period.empty() ? 0 : p.period.front().peers()) +
+             " peers, the run has " + std::to_string(world));
+  }
+  return p;
+}
+
+}  // namespace
+
+std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world) {
+  std::vector<train::GossipPhase> phases;
+  phases.push_back(phase(0, false, c.topology, c, world, "/topology"));
+  std::size_t begin = 0;
+  int index = 0;
+  const std::string& s = c.topology_schedule;
+  while (begin < s.size()) {
+    std::size_t end = s.find(',', begin);
+    if (end == std::string::npos) end = s.size();
+    const std::string entry = s.substr(begin, end - begin);
+    const std::string field = "/topology_schedule: entry " + std::to_string(index) + " \"" +
+                              entry + "\"";
+    const std::size_t colon = entry.find(':'), eq = entry.find('=');
+    if (colon == std::string::npos || eq == std::string::npos || eq < colon) {
+      fail(Code::invalid_argument, field + ": expected epoch:E=GRAPH or step:S=GRAPH");
+    }
+    const std::string unit = entry.substr(0, colon);
+    if (unit != "epoch" && unit != "step") {
+      fail(Code::invalid_argument, field + ": the unit is epoch or step, not \"" + unit + "\"");
+    }
+    double at = 0;
+    try {
+      std::size_t used = 0;
+      const std::string number = entry.substr(colon + 1, eq - colon - 1);
+      at = std::stod(number, &used);
+      if (used != number.size()) throw std::invalid_argument(number);
+    } catch (const std::exception&) {
+      fail(Code::invalid_argument, field + ": not a number before '='");
+    }
+    if (!(at > 0)) fail(Code::invalid_argument, field + ": must start after the first round");
+    phases.push_back(phase(at, unit == "epoch", entry.substr(eq + 1), c, world, field));
+    begin = end + 1;
+    ++index;
+  }
+  return phases;
+}
+
+std::vector<int> gossip_neighbours(const std::vector<train::GossipPhase>& phases, int rank) {
+  std::set<int> peers;
+  for (const auto& p : phases) {
+    for (const auto& w : p.period) {
+      const auto nb = w.neighbourhood(rank);
+      peers.insert(nb.recv_from.begin(), nb.recv_from.end());
+      peers.insert(nb.send_to.begin(), nb.send_to.end());
+    }
+  }
+  return {peers.begin(), peers.end()};
+}
+
+}  // namespace dpg::app

@@ -1,0 +1,19 @@
+// The graphs of a gossip run, from the config's `topology` and `topology_schedule`: generated
+// by kind, or read from JSON graph files.
+#pragma once
+
+#include <vector>
+
+#include "runtime/core/train_config.h"
+#include "runtime/train/gossip.h"
+
+namespace dpg::app {
+
+// The first phase is `topology` from the start; "epoch:5=exponential,step:300=ring" adds one
+// phase per entry. Errors name the field and the entry at fault.
+std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world);
+
+// Every peer `rank` exchanges models with in any phase (ascending, without rank).
+std::vector<int> gossip_neighbours(const std::vector<train::GossipPhase>& phases, int rank);
+
+}  // namespace dpg::app

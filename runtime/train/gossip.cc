@@ -1,0 +1,82 @@
+#include "runtime/train/gossip.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/core/error.h"
+
+namespace dpg::train {
+
+topology::Schedule make_schedule(const std::vector<GossipPhase>& phases, double steps_per_epoch) {
+  std::vector<topology::Schedule::Phase> out;
+  for (const auto& p : phases) {
+    topology::Schedule::Phase s;
+    s.start_round = p.in_epochs
+                        ? static_cast<long long>(std::ceil(p.at * steps_per_epoch - 1e-9))
+                        : static_cast<long long>(std::llround(p.at));
+    s.label = p.label;
+    s.period = p.period;
+    s.spectrum = s.period.size() == 1 ? topology::analyse(s.period[0])
+                                      : topology::analyse_period(s.period);
+    if (!out.empty() && s.start_round <= out.back().start_round) {
+      fail(Code::invalid_argument,
+           "topology_schedule: \"" + p.label + "\" starts at round " +
+               std::to_string(s.start_round) + ", not after \"" + out.back().label +
+               "\" at round " + std::to_string(out.back().start_round));
+    }
+    out.push_back(std::move(s));
+  }
+  return topology::Schedule(std::move(out));
+}
+
+Gossip::Gossip(net::Transport& transport, topology::Schedule schedule, std::size_t num_params,
+               std::size_t chunk_bytes)
+    : schedule_(std::move(schedule)),
+      rank_(transport.rank()),
+      exchange_(transport, chunk_bytes),
+      mixed_(num_params) {
+  if (schedule_.peers() != transport.world()) {
+    fail(Code::invalid_argument, "gossip: the topology has " + std::to_string(schedule_.peers()) +
+                                     " peers but the run has " +
+                                     std::to_string(transport.world()));
+  }
+}
+
+void Gossip::begin(long long round, std::span<const float> params) {
+  const auto nb = schedule_.at(round).neighbourhood(rank_);
+  self_weight_ = static_cast<float>(nb.self_weight);
+  weights_.assign(nb.recv_weights.begin(), nb.recv_weights.end());
+  inbox_.resize(nb.recv_from.size());
+  inbox_spans_.clear();
+  for (auto& box : inbox_) {
+    box.resize(params.size());
+    inbox_spans_.emplace_back(box);
+  }
+  mine_ = params;
+  exchange_.start(static_cast<uint64_t>(round), params, nb.send_to, nb.recv_from, inbox_spans_);
+}
+
+void Gossip::end(std::span<float> params) {
+  if (params.data() != mine_.data() || params.size() != mine_.size()) {
+    fail(Code::internal, "gossip: end() on another buffer than begin()");
+  }
+  exchange_.finish([&](std::size_t b, std::size_t e) {
+    collective::mix_range(mixed_, self_weight_, mine_, weights_, inbox_spans_, b, e);
+  });
+  std::copy(mixed_.begin(), mixed_.end(), params.begin());
+}
+
+double consensus_distance(collective::Communicator& comm, std::span<const float> x,
+                          std::vector<float>& mean) {
+  mean.assign(x.begin(), x.end());
+  comm.allreduce(mean, collective::Reduce::average);
+  double sq = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double d = static_cast<double>(x[i]) - mean[i];
+    sq += d * d;
+  }
+  comm.allreduce(std::span<double>(&sq, 1), collective::Reduce::sum);
+  return sq / comm.world();
+}
+
+}  // namespace dpg::train

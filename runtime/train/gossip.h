@@ -1,0 +1,59 @@
+// D-PSGD's communication half: each round a peer sends its model to its out-neighbours in the
+// graph in force, receives its in-neighbours' models while it computes its gradient, and mixes:
+// x_i <- sum_j W_ij x_j. Also the consensus distance, the spread of the peers' models.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/collective/communicator.h"
+#include "runtime/collective/neighbour.h"
+#include "topology/schedule.h"
+
+namespace dpg::train {
+
+// One graph of a run and when it comes into force: `at` epochs (or steps) from the start.
+struct GossipPhase {
+  double at = 0;
+  bool in_epochs = true;
+  std::string label;                        // "ring", "exponential", "file:g.json", ...
+  std::vector<topology::Topology> period;   // one graph, or a time-varying period
+};
+
+// Turns phases given in epochs or steps into a schedule in rounds (one round per step), with
+// `steps_per_epoch` = 1 / q. Epoch boundaries are those of the training loop.
+topology::Schedule make_schedule(const std::vector<GossipPhase>& phases, double steps_per_epoch);
+
+class Gossip {
+ public:
+  // `transport` must connect every peer of the schedule (Schedule::peers_of).
+  Gossip(net::Transport& transport, topology::Schedule schedule, std::size_t num_params,
+         std::size_t chunk_bytes = 256 * 1024);
+
+  // Starts round `round`: this peer's model goes to the round's out-neighbours while theirs come
+  // in. `params` must stay unchanged until end().
+  void begin(long long round, std::span<const float> params);
+  // Waits for the neighbours' models and mixes them in chunk by chunk as they arrive.
+  void end(std::span<float> params);
+
+  const topology::Schedule& schedule() const { return schedule_; }
+
+ private:
+  topology::Schedule schedule_;
+  int rank_;
+  collective::NeighbourExchange exchange_;
+  std::vector<std::vector<float>> inbox_;  // one model per in-neighbour
+  std::vector<std::span<float>> inbox_spans_;
+  std::vector<float> weights_;             // W_ij of each in-neighbour
+  float self_weight_ = 1;
+  std::span<const float> mine_;
+  std::vector<float> mixed_;
+};
+
+// (1/n) sum_i ||x_i - x_bar||^2 over the peers of `comm`, and x_bar in `mean` (two all-reduces).
+double consensus_distance(collective::Communicator& comm, std::span<const float> x,
+                          std::vector<float>& mean);
+
+}  // namespace dpg::train

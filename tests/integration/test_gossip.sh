@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# D-PSGD with 8 peer processes on a ring on 127.0.0.1: the run trains, every peer's epsilon is
+# reported and the worst is the run's, the metrics carry the consensus distance and the graph in
+# force (also across a topology swap), and bad topology settings are refused with the field named.
+set -euo pipefail
+bin=$1
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+require_fmnist
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$bin" prepare --out "$work/data" >/dev/null
+common=(--data "$work/data" --threads 1 --json --timeout-s 60)
+
+"$bin" launch --peers 8 -- train --algo gossip --topology ring --epochs 3 "${common[@]}" \
+  --metrics "$work/ring.jsonl" --run-name ring8 >"$work/ring.json" 2>"$work/ring.log"
+"$bin" launch --peers 8 -- train --algo gossip --topology ring --epochs 2 "${common[@]}" \
+  --topology-schedule epoch:1=exponential --metrics-every 3 --metrics "$work/swap.jsonl" \
+  --run-name swap >"$work/swap.json" 2>"$work/swap.log"
+
+py '
+import json, math, sys
+def summary(path):
+    lines = [l.split("] ", 1)[-1] for l in open(path) if "{" in l]
+    return json.loads(lines[-1])
+ring, swap = summary(sys.argv[1]), summary(sys.argv[2])
+print("ring of 8: test accuracy %.4f, worst epsilon %.3f, rho %.4f" %
+      (ring["test_accuracy"], ring["epsilon"], ring["rho"]))
+assert ring["peers"] == 8 and ring["algo"] == "gossip" and ring["noise_mode"] == "local"
+assert ring["topology"] == "ring"
+assert abs(ring["rho"] - (1/3 + 2/3 * math.cos(2 * math.pi / 8))) < 1e-9, ring["rho"]
+assert ring["test_accuracy"] > 0.70, ring["test_accuracy"]
+eps = ring["peer_epsilons"]
+assert len(eps) == 8 and ring["epsilon"] == max(eps) and 0 < min(eps) <= max(eps) <= 3.0 + 1e-6, eps
+assert len(ring["peer_test_accuracy"]) == 8
+assert ring["peer_noise_multiplier"] == ring["noise_multiplier"]  # every peer adds the full sigma
+
+lines = [json.loads(l) for l in open(sys.argv[3])]
+kinds = [l["kind"] for l in lines]
+assert kinds.count("epoch") == 3 and kinds[-1] == "summary", kinds
+assert all(l["run"] == "ring8" and l["peers"] == 8 for l in lines)
+cons = [l for l in lines if l["kind"] == "consensus"]
+assert [c["round"] for c in cons] == list(range(0, ring["steps"] + 1, 5)), [c["round"] for c in cons]
+assert cons[0]["consensus_distance"] == 0  # every peer starts from rank 0s model
+assert all(c["consensus_distance"] > 0 for c in cons[1:])
+epochs = [l for l in lines if l["kind"] == "epoch"]
+assert all(len(e["peer_test_accuracy"]) == 8 and e["consensus_distance"] > 0 for e in epochs)
+
+# The swap: ring for the first epoch, then the exponential graph, at the same round everywhere.
+lines = [json.loads(l) for l in open(sys.argv[4])]
+cons = [l for l in lines if l["kind"] == "consensus"]
+first_exp = min(c["round"] for c in cons if c["topology"] == "exponential")
+last_ring = max(c["round"] for c in cons if c["topology"] == "ring")
+assert last_ring < first_exp and last_ring >= 12, (last_ring, first_exp)
+rho = {c["topology"]: c["rho"] for c in cons}
+assert rho["exponential"] < rho["ring"], rho
+assert swap["topology"] == "exponential"
+' "$work/ring.json" "$work/swap.json" "$work/ring.jsonl" "$work/swap.jsonl"
+
+# Bad settings are refused before anything trains, naming the field.
+expect_error() {
+  local pattern=$1
+  shift
+  if "$bin" train --data "$work/data" --epochs 1 --metrics "" "$@" 2>"$work/err.log"; then
+    echo "accepted: $*"; exit 1
+  fi
+  grep -q "$pattern" "$work/err.log" || { echo "no '$pattern' in:"; cat "$work/err.log"; exit 1; }
+}
+write_local_hosts 2 "$work/hosts2.json"
+expect_error 'unknown topology "rung"' --algo gossip --topology rung \
+  --hosts "$work/hosts2.json" --rank 0
+expect_error 'topology_schedule: entry 0 "epoch:x=ring"' --algo gossip \
+  --topology-schedule epoch:x=ring --hosts "$work/hosts2.json" --rank 0
+echo '{"peers": 3, "edges": [[0, 1], [1, 2]]}' >"$work/three.json"
+expect_error 'has 3 peers, the run has 2' --algo gossip --topology "$work/three.json" \
+  --hosts "$work/hosts2.json" --rank 0
+echo "ok"

@@ -1,0 +1,154 @@
+// Gossip over the in-process transport: with zero learning rate D-PSGD is plain gossip, which
+// keeps the peers' average (W is doubly stochastic) and shrinks their disagreement at the rate the
+// topology's rho predicts; the one-peer exponential graph averages exactly in log2(n) rounds.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "runtime/collective/communicator.h"
+#include "runtime/collective/neighbour.h"
+#include "runtime/core/error.h"
+#include "runtime/core/rng.h"
+#include "runtime/net/inproc/inproc_transport.h"
+#include "runtime/train/gossip.h"
+#include "topology/generators.h"
+
+namespace {
+
+using namespace dpg;
+
+// Runs body(rank, transport) on every rank of an n-peer in-process world; rethrows a failure.
+void run_world(int n, const std::function<void(int, net::Transport&)>& body) {
+  net::InprocFabric fabric(n, std::chrono::seconds(20));
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(n);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r, fabric.peer(r));
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+std::vector<float> random_model(int rank, std::size_t count) {
+  Rng rng(77 + rank);
+  std::vector<float> x(count);
+  for (auto& v : x) v = static_cast<float>(rng.normal());
+  return x;
+}
+
+std::vector<train::GossipPhase> one_phase(const std::string& kind, int n) {
+  topology::GraphSpec spec;
+  spec.kind = kind;
+  spec.peers = n;
+  return {train::GossipPhase{0, false, kind, topology::make(spec)}};
+}
+
+struct Trace {
+  std::vector<double> distance;     // consensus distance after each round, from round 0
+  std::vector<float> mean_before;   // the average of the peers' models before and after
+  std::vector<float> mean_after;
+  double rho = 0;
+};
+
+// `rounds` rounds of gossip with lr 0 (mixing only), chunks of `chunk_bytes`.
+Trace gossip(const std::string& kind, int n, int rounds, std::size_t count,
+             std::size_t chunk_bytes) {
+  Trace trace;
+  std::vector<std::vector<double>> dist(n);
+  run_world(n, [&](int rank, net::Transport& t) {
+    collective::Communicator comm(t);
+    train::Gossip g(t, train::make_schedule(one_phase(kind, n), 1.0), count, chunk_bytes);
+    std::vector<float> x = random_model(rank, count), mean;
+    dist[rank].push_back(train::consensus_distance(comm, x, mean));
+    if (rank == 0) trace.mean_before = mean;
+    for (int r = 0; r < rounds; ++r) {
+      g.begin(r, x);
+      g.end(x);
+      dist[rank].push_back(train::consensus_distance(comm, x, mean));
+    }
+    if (rank == 0) {
+      trace.mean_after = mean;
+      trace.rho = g.schedule().phases()[0].spectrum.rho;
+    }
+  });
+  for (int r = 1; r < n; ++r) CHECK(dist[r] == dist[0]);  // every peer computes the same figure
+  trace.distance = dist[0];
+  return trace;
+}
+
+}  // namespace
+
+TEST_CASE("gossip with zero learning rate keeps the average and shrinks disagreement as rho^t") {
+  for (const char* kind : {"ring", "torus", "exponential", "symmetric-exponential", "hypercube"}) {
+    for (int n : {4, 8, 16}) {
+      CAPTURE(kind);
+      CAPTURE(n);
+      const int rounds = 30;
+      const Trace t = gossip(kind, n, rounds, 1001, 64);  // 16 chunks, the last one short
+      for (std::size_t i = 0; i < t.mean_before.size(); ++i) {
+        REQUIRE(std::abs(t.mean_after[i] - t.mean_before[i]) < 2e-6);
+      }
+      REQUIRE(t.distance[0] > 0.5);
+      const double rho2 = t.rho * t.rho;
+      for (int r = 1; r <= rounds; ++r) {
+        // Never slower than the bound rho^(2t) (a squared norm)...
+        REQUIRE(t.distance[r] <= std::pow(rho2, r) * t.distance[0] * (1 + 1e-3) + 1e-12);
+      }
+      // ...and once the slowest mode dominates, exactly that fast (when the spread is still
+      // far above float precision).
+      if (t.distance[rounds] > 1e-9 * t.distance[0]) {
+        const double ratio = t.distance[rounds] / t.distance[rounds - 1];
+        CHECK(ratio == doctest::Approx(rho2).epsilon(0.02));
+      }
+    }
+  }
+}
+
+TEST_CASE("the ring's measured decay matches the closed form rho = 1/3 + 2/3 cos(2 pi / n)") {
+  const int n = 9;
+  const Trace t = gossip("ring", n, 60, 257, 256 * 1024);
+  const double rho = 1.0 / 3 + 2.0 / 3 * std::cos(2 * M_PI / n);
+  CHECK(t.rho == doctest::Approx(rho).epsilon(1e-9));
+  CHECK(t.distance[60] / t.distance[59] == doctest::Approx(rho * rho).epsilon(0.01));
+}
+
+TEST_CASE("one-peer exponential gossip averages exactly in log2(n) rounds") {
+  for (int n : {8, 16}) {
+    CAPTURE(n);
+    const int log2n = n == 8 ? 3 : 4;
+    const Trace t = gossip("one-peer-exponential", n, log2n, 300, 100);
+    CHECK(t.distance[log2n - 1] > 1e-3);          // not yet one round early
+    CHECK(t.distance[log2n] < 1e-10 * t.distance[0]);  // float precision after log2(n)
+  }
+}
+
+TEST_CASE("a topology of another size than the world is refused") {
+  CHECK_THROWS_WITH_AS(
+      run_world(4, [](int, net::Transport& t) {
+        train::Gossip g(t, train::make_schedule(one_phase("ring", 5), 1.0), 10);
+      }),
+      doctest::Contains("5 peers but the run has 4"), Error);
+}
+
+TEST_CASE("a schedule switches graphs at the round an epoch boundary falls on") {
+  auto phases = one_phase("ring", 8);
+  auto later = one_phase("exponential", 8)[0];
+  later.at = 2;        // epochs
+  later.in_epochs = true;
+  phases.push_back(later);
+  const auto s = train::make_schedule(phases, 14.65);  // ceil(2 * 14.65) = 30
+  CHECK(s.phase_at(29).label == "ring");
+  CHECK(s.phase_at(30).label == "exponential");
+  CHECK(s.phases()[1].spectrum.rho < s.phases()[0].spectrum.rho);
+}
