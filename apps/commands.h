@@ -8,6 +8,7 @@ namespace dpg::app {
 
 void add_prepare(CLI::App& app);
 void add_privacy(CLI::App& app);
+void add_topology(CLI::App& app);
 void add_train(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_bench_allreduce(CLI::App& bench);  // under bench

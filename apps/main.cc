@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "dpgossip 0.1.0");
   dpg::app::add_prepare(app);
   dpg::app::add_privacy(app);
+  dpg::app::add_topology(app);
   dpg::app::add_train(app);
   dpg::app::add_bench(app);
   dpg::app::add_launch(app);
