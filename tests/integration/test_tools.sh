@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# tools/plot_*.py and tools/sweep.py on synthetic metrics (tests/integration/fake_dpgossip.py
+# stands in for dpgossip): each figure written as a PNG, a malformed line or a missing file named
+# in the error, the commands of a sweep (--dry-run), a whole sweep with a failing and a stalled
+# run, and an invalid sweep file refused with exit 2 and nothing written.
+# Usage: test_tools.sh (skips, exit 77, without Debian's python3-matplotlib)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/lib.sh"
+tools="$here/../../tools"
+fake="$here/fake_dpgossip.py"
+PY=/usr/bin/python3
+py "import matplotlib" 2>/dev/null || { echo "SKIP: no python3-matplotlib"; exit 77; }
+
+failures=0
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# is_png FILE: a non-empty file starting with the PNG signature.
+is_png() {
+  [[ -s $1 && $(head -c 8 "$1" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]]
+}
+
+# expect_error WANT CMD...: CMD must exit non-zero with WANT in its stderr.
+expect_error() {
+  local want="$1" err rc=0
+  shift
+  err=$("$@" 2>&1 >/dev/null) || rc=$?
+  if [[ $rc == 0 ]]; then
+    fail "$* succeeded; want an error with '$want'"
+  elif ! grep -qF -- "$want" <<<"$err"; then
+    fail "$*: error does not mention '$want': $err"
+  fi
+}
+
+# Synthetic metrics: two gossip runs with a topology swap (one with "consensus" lines, one
+# with only the epoch lines' consensus_distance), an all-reduce run, one line of an older
+# version (no kind, no run).
+train() { "$PY" "$fake" launch --peers "$1" -- train --metrics m.jsonl --json "${@:2}" >/dev/null; }
+train 8 --algo gossip --topology ring --swap-to exponential --seed 1 --run-name gossip-ring-n8-s1
+train 16 --algo gossip --topology torus --swap-to ring --seed 1 --run-name gossip-torus-n16-s1 \
+  --no-consensus-lines
+train 8 --algo allreduce --seed 1 --run-name allreduce-n8-s1
+old='{"epoch": 1, "step": 100, "wall_s": 2.0, "loss": 0.9, "train_accuracy": 0.7,
+ "test_accuracy": 0.72, "test_loss": 0.8, "epsilon": 1.0, "samples_per_second": 5000, "lr": 0.1,
+ "algo": "single", "rank": 0, "peers": 1}'
+old=$(tr -d '\n' <<<"$old")
+echo "$old" >>m.jsonl
+
+for plot in plot_metrics plot_consensus plot_gap; do
+  "$PY" "$tools/$plot.py" m.jsonl -o "figs/$plot.png" --title "$plot" 2>"$plot.err" ||
+    fail "$plot.py m.jsonl: exit $?: $(cat "$plot.err")"
+  is_png "figs/$plot.png" || fail "$plot.py wrote no PNG at figs/$plot.png"
+done
+[[ -z $(find figs -name '*.tmp*') ]] || fail "temporary files left: $(ls figs)"
+grep -q "run unnamed left out" plot_gap.err || fail "plot_gap: no note on the run without summary"
+"$PY" "$tools/plot_metrics.py" m.jsonl --runs gossip-ring-n8-s1,unnamed -o figs/two.png 2>/dev/null &&
+  is_png figs/two.png || fail "plot_metrics --runs gossip-ring-n8-s1,unnamed"
+# Old lines whose epoch count starts again are another run: "unnamed-2".
+{ cat m.jsonl; echo "$old"; } >old.jsonl
+"$PY" "$tools/plot_metrics.py" old.jsonl --runs unnamed,unnamed-2 -o figs/old.png 2>/dev/null ||
+  fail "plot_metrics: no run unnamed-2 after an old line with epoch 1 again"
+
+# Errors: a malformed line (named with its line number), a missing file, an unknown run.
+lines=$(wc -l <m.jsonl)
+cp m.jsonl bad.jsonl
+echo '{"kind": "epoch", "epoch": 2, "test_accuracy": ' >>bad.jsonl
+expect_error "bad.jsonl:$((lines + 1)):" "$PY" "$tools/plot_metrics.py" bad.jsonl -o figs/bad.png
+cp m.jsonl bad.jsonl
+echo '{"kind": "consensus", "step": 5, "consensus_distance": "far"}' >>bad.jsonl
+expect_error "bad.jsonl:$((lines + 1)): 'consensus_distance'" \
+  "$PY" "$tools/plot_consensus.py" m.jsonl bad.jsonl -o figs/bad.png
+expect_error "missing.jsonl" "$PY" "$tools/plot_gap.py" m.jsonl missing.jsonl -o figs/bad.png
+expect_error "no run named nope" "$PY" "$tools/plot_metrics.py" m.jsonl --runs nope -o figs/bad.png
+[[ ! -e figs/bad.png ]] || fail "a failing plot wrote figs/bad.png"
+
+# sweep --dry-run: 2 all-reduce (peers x seed, no topology) + 4 gossip + 1 listed run.
+printf '#!/bin/sh\nexec %s %s "$@"\n' "$PY" "$fake" >fake && chmod +x fake
+cat >sweep.json <<'JSON'
+{"binary": "./fake", "out": "res", "timeout_s": 5,
+ "common": ["--epochs", "4", "--threads", "1"],
+ "grid": {"algo": ["allreduce", "gossip"], "topology": ["ring", "exponential"],
+          "peers": [8], "seed": [1, 2]},
+ "runs": [{"algo": "gossip", "topology": "torus", "peers": 16, "seed": 2,
+           "args": ["--swap-to", "ring"]}]}
+JSON
+want="allreduce-n8-s1 allreduce-n8-s2 gossip-ring-n8-s1 gossip-exponential-n8-s1 \
+gossip-ring-n8-s2 gossip-exponential-n8-s2 gossip-torus-n16-s2"
+out=$("$PY" "$tools/sweep.py" sweep.json --dry-run) || fail "sweep --dry-run: exit $?"
+got=$(sed -E 's/.*--run-name ([^ ]+).*/\1/' <<<"$out" | tr '\n' ' ')
+[[ $got == "$want " ]] || fail "sweep --dry-run runs: got '$got', want '$want'"
+grep -qxF -- "./fake launch --peers 16 -- train --algo gossip --topology torus --seed 2 --run-name gossip-torus-n16-s2 --metrics res/metrics.jsonl --json --epochs 4 --threads 1 --swap-to ring" <<<"$out" ||
+  fail "sweep --dry-run: no exact torus command in: $out"
+grep -q -- "--algo allreduce --topology" <<<"$out" && fail "an all-reduce command has a topology"
+[[ ! -e res ]] || fail "sweep --dry-run wrote res/"
+
+# A whole sweep with a failing and a stalled run: they are recorded, the rest go on, exit 1.
+"$PY" - <<'PY'
+import json
+s = json.load(open("sweep.json"))
+s["timeout_s"] = 2
+s["runs"] += [{"algo": "gossip", "topology": "ring", "peers": 4, "seed": 3, "args": ["--exit-code", "3"]},
+              {"algo": "allreduce", "peers": 4, "seed": 9, "args": ["--sleep", "60"]}]
+json.dump(s, open("sweep2.json", "w"))
+PY
+rc=0
+"$PY" "$tools/sweep.py" sweep2.json --out res2 2>sweep.err || rc=$?
+[[ $rc == 1 ]] || fail "sweep with failing runs: exit $rc, want 1: $(cat sweep.err)"
+for f in convergence.png consensus.png accuracy_vs_gap.png; do
+  is_png "res2/$f" || fail "sweep wrote no PNG res2/$f: $(cat sweep.err)"
+done
+[[ $(ls res2/logs | wc -l) == 9 ]] || fail "sweep: want 9 logs, got: $(ls res2/logs)"
+grep -q "gossip-ring-n4-s3 | gossip | ring | 4 | 3 | exit 3 |" res2/summary.md ||
+  fail "summary.md: no failed row: $(cat res2/summary.md)"
+grep -q "allreduce-n4-s9 .* timed out after 2 s" res2/summary.md ||
+  fail "summary.md: no timed-out row: $(cat res2/summary.md)"
+grep -qE "^\| gossip-torus-n16-s2 \| gossip \| torus \| 16 \| 2 \| ok \| [0-9.]+ \| 3 \| 0.0507[0-9]* " \
+  res2/summary.md || fail "summary.md: no torus row with accuracy and gap: $(cat res2/summary.md)"
+grep -qF '`./fake launch --peers 8 -- train --algo allreduce --seed 1 ' res2/summary.md ||
+  fail "summary.md: no command"
+
+# An invalid sweep file: exit 2, the file and key named, nothing written.
+expect_sweep_error() {
+  local want="$1" rc=0 err
+  echo "$2" >badsweep.json
+  err=$("$PY" "$tools/sweep.py" badsweep.json --out badout 2>&1) || rc=$?
+  [[ $rc == 2 ]] || fail "sweep $2: exit $rc, want 2"
+  grep -qF -- "badsweep.json" <<<"$err" && grep -qF -- "$want" <<<"$err" ||
+    fail "sweep $2: error lacks 'badsweep.json' or '$want': $err"
+  [[ ! -e badout ]] || fail "sweep $2: wrote badout/"
+}
+one='{"algo": "single", "peers": 1, "seed": 1}'
+grid='"algo": ["single"], "peers": [1], "seed": [1]'
+expect_sweep_error "unknown key 'grid.lr'" "{\"grid\": {$grid, \"lr\": [1]}}"
+expect_sweep_error "key 'grid'" '{"grid": {}}'
+expect_sweep_error "key 'grid.seed'" "{\"grid\": {\"algo\": [\"single\"], \"peers\": [1], \"seed\": []}}"
+expect_sweep_error "unknown key 'bogus'" "{\"bogus\": 1, \"runs\": [$one]}"
+expect_sweep_error "key 'grid.peers[0]'" \
+  '{"grid": {"algo": ["single"], "peers": ["1"], "seed": [1]}}'
+expect_sweep_error "key 'runs[0].args'" \
+  '{"runs": [{"algo": "single", "peers": 1, "seed": 1, "args": "--lr 1"}]}'
+expect_sweep_error "key 'common'" "{\"common\": \"--epochs 1\", \"runs\": [$one]}"
+expect_sweep_error "key 'grid': missing 'topology'" '{"grid": {"algo": ["gossip"], "peers": [4], "seed": [1]}}'
+expect_sweep_error "key 'binary'" "{\"binary\": \"no/such/dpgossip\", \"runs\": [$one]}"
+expect_sweep_error "badsweep.json:3: not valid JSON" $'{"runs": [\n\n}'
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "tools: all checks passed"

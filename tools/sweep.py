@@ -1,0 +1,361 @@
+#!/usr/bin/python3
+"""Runs the training runs of one sweep file and writes a results folder with plots and a table.
+
+Usage:
+  /usr/bin/python3 tools/sweep.py SWEEP.json [--out DIR] [--dry-run]
+
+The sweep file (docs/TOOLS.md has the full format):
+  {"binary": "build/apps/dpgossip", "out": "results/sweep", "timeout_s": 3600,
+   "common": ["--epochs", "5", "--threads", "1"],
+   "grid": {"algo": ["allreduce", "gossip"], "topology": ["ring", "exponential"],
+            "peers": [8], "seed": [1]},
+   "runs": [{"algo": "gossip", "topology": "torus", "peers": 16, "seed": 2,
+             "args": ["--lr", "0.5"]}]}
+The runs are the cartesian product of "grid" (topology applies to gossip only: other algos run
+once per peers x seed) followed by the "runs" list. Each is run from the current folder as
+  BINARY launch --peers P -- train --algo A [--topology T] --seed S --run-name NAME \\
+      --metrics OUT/metrics.jsonl --json COMMON... ARGS...
+with NAME = ALGO-TOPOLOGY-nPEERS-sSEED (ALGO-nPEERS-sSEED without a topology), its output in
+OUT/logs/NAME.log, stopped (its whole process group) after timeout_s seconds. A failing run is
+recorded and the sweep goes on. A metrics.jsonl already in OUT is first renamed metrics.jsonl.old.
+Then OUT/convergence.png, OUT/consensus.png and OUT/accuracy_vs_gap.png (tools/plot_*.py) and
+OUT/summary.md (one table row per run, with its exact command) are written.
+
+--out DIR replaces the file's "out". --dry-run prints the commands, one a line, and runs nothing.
+Exit status: 0; 1 when a run failed or a figure could not be drawn from bad metrics; 2 when the
+sweep file is missing or invalid (the message names the file and the key; nothing is written).
+"""
+import argparse
+import itertools
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import NamedTuple, Optional
+
+import metrics
+import plot_consensus
+import plot_gap
+import plot_metrics
+
+ALGOS = ("single", "allreduce", "gossip")
+DEFAULTS = {"binary": "build/apps/dpgossip", "out": "results/sweep", "timeout_s": 3600,
+            "common": [], "grid": None, "runs": []}
+RUN_KEYS = ("algo", "topology", "peers", "seed")  # the keys of "grid"; "runs" adds "args"
+PLOTS = (("convergence.png", plot_metrics), ("consensus.png", plot_consensus),
+         ("accuracy_vs_gap.png", plot_gap))
+STOP_GRACE_S = 10
+
+
+class SweepError(Exception):
+    """An invalid sweep file: the message names the file and the key."""
+
+
+def is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_str_list(v):
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+# key -> (test, what it wants); a key's value in a run, a grid list's element, or the top level.
+CHECKS = {
+    "algo": (lambda v: v in ALGOS, f"one of {', '.join(ALGOS)}"),
+    "topology": (lambda v: isinstance(v, str) and v != "", "a non-empty topology label"),
+    "peers": (lambda v: is_int(v) and v >= 1, "a whole number of at least 1"),
+    "seed": (lambda v: is_int(v) and v >= 0, "a whole number of 0 or more"),
+    "args": (is_str_list, "a list of strings"),
+    "binary": (lambda v: isinstance(v, str) and v != "", "a non-empty path"),
+    "out": (lambda v: isinstance(v, str) and v != "", "a non-empty path"),
+    "timeout_s": (lambda v: metrics.is_finite(v) and v > 0, "a number of seconds above 0"),
+    "common": (is_str_list, "a list of strings"),
+    "grid": (lambda v: isinstance(v, dict) and v != {}, "a non-empty object"),
+    "runs": (lambda v: isinstance(v, list), "a list of objects"),
+}
+
+
+class Run(NamedTuple):
+    algo: str
+    topology: Optional[str]
+    peers: int
+    seed: int
+    args: tuple = ()
+
+    @property
+    def name(self):
+        topo = f"-{self.topology}" if self.topology else ""
+        return f"{self.algo}{topo}-n{self.peers}-s{self.seed}"
+
+
+class Sweep(NamedTuple):
+    path: str
+    binary: str
+    out: str
+    timeout_s: float
+    common: list
+    runs: list
+
+
+# --- the sweep file ------------------------------------------------------------------------
+
+def check(path, shown, key, value):
+    """`value` must pass CHECKS[key]; `shown` is where it stands, for the message."""
+    test, want = CHECKS[key]
+    if not test(value):
+        raise SweepError(f"{path}: key '{shown}': want {want}, got {json.dumps(value)}")
+
+
+def check_keys(path, where, obj, allowed):
+    if not isinstance(obj, dict):
+        at = f"key '{where}'" if where else "the top level"
+        raise SweepError(f"{path}: {at}: want an object, got {json.dumps(obj)}")
+    for key in obj:
+        if key not in allowed:
+            raise SweepError(f"{path}: unknown key '{where + '.' if where else ''}{key}' "
+                             f"(known: {', '.join(allowed)})")
+
+
+def check_required(path, where, obj, gossip):
+    for key in ("algo", "peers", "seed") + (("topology",) if gossip else ()):
+        if key not in obj:
+            need = " (gossip needs one)" if key == "topology" else ""
+            raise SweepError(f"{path}: key '{where}': missing '{key}'{need}")
+
+
+def grid_runs(path, grid):
+    check_keys(path, "grid", grid, RUN_KEYS)
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise SweepError(f"{path}: key 'grid.{key}': want a non-empty list, got "
+                             f"{json.dumps(values)}")
+        for i, v in enumerate(values):
+            check(path, f"grid.{key}[{i}]", key, v)
+    check_required(path, "grid", grid, "gossip" in grid.get("algo", []))
+    for algo, peers, seed in itertools.product(grid["algo"], grid["peers"], grid["seed"]):
+        for topology in grid["topology"] if algo == "gossip" else [None]:
+            yield Run(algo, topology, peers, seed)
+
+
+def listed_run(path, i, spec):
+    where = f"runs[{i}]"
+    check_keys(path, where, spec, RUN_KEYS + ("args",))
+    for key, value in spec.items():
+        check(path, f"{where}.{key}", key, value)
+    gossip = spec.get("algo") == "gossip"
+    check_required(path, where, spec, gossip)
+    if not gossip and "topology" in spec:
+        raise SweepError(f"{path}: key '{where}.topology': only gossip takes a topology")
+    return Run(spec["algo"], spec.get("topology"), spec["peers"], spec["seed"],
+               tuple(spec.get("args", ())))
+
+
+def parse_sweep(path, spec, out=None):
+    """The validated Sweep of the object `spec` read from `path`; SweepError if invalid."""
+    check_keys(path, "", spec, tuple(DEFAULTS))
+    for key, value in spec.items():
+        check(path, key, key, value)
+    s = {**DEFAULTS, **spec}
+    runs = list(grid_runs(path, s["grid"])) if s["grid"] is not None else []
+    runs += [listed_run(path, i, r) for i, r in enumerate(s["runs"])]
+    if not runs:
+        raise SweepError(f"{path}: no runs: give a 'grid' or a non-empty 'runs'")
+    names = [r.name for r in runs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SweepError(f"{path}: run name {', '.join(twice)} comes twice "
+                         "(every run needs its own name)")
+    return Sweep(path, s["binary"], out or s["out"], s["timeout_s"], s["common"], runs)
+
+
+def load_sweep(path, out=None):
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise SweepError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SweepError(f"{path}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})") \
+            from None
+    return parse_sweep(path, spec, out)
+
+
+# --- running -------------------------------------------------------------------------------
+
+def metrics_path(sweep):
+    return os.path.join(sweep.out, "metrics.jsonl")
+
+
+def command(sweep, run):
+    topology = ["--topology", run.topology] if run.topology else []
+    return [sweep.binary, "launch", "--peers", str(run.peers), "--", "train",
+            "--algo", run.algo, *topology, "--seed", str(run.seed), "--run-name", run.name,
+            "--metrics", metrics_path(sweep), "--json", *sweep.common, *run.args]
+
+
+def stop(proc):
+    """SIGTERM to the run's process group (the launcher and its peers), SIGKILL if it lingers."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=STOP_GRACE_S)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def execute(cmd, log_path, timeout_s):
+    """Run `cmd` with its output in `log_path`: "ok", or why it failed (the log's last line)."""
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write(f"$ {shlex.join(cmd)}\n")
+        log.flush()
+        status = wait_for(cmd, log, timeout_s)
+    if status != "ok":
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"\nsweep: {status}\n")
+    return status
+
+
+def wait_for(cmd, log, timeout_s):
+    try:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as e:
+        return f"cannot start: {e.strerror}"
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop(proc)
+        return f"timed out after {timeout_s:g} s"
+    except KeyboardInterrupt:
+        stop(proc)
+        raise
+    return "ok" if rc == 0 else f"exit {rc}"
+
+
+def check_binary(sweep):
+    b = sweep.binary
+    if not (shutil.which(b) if os.sep not in b else os.access(b, os.X_OK)):
+        raise SweepError(f"{sweep.path}: key 'binary': {b} is not an executable "
+                         "(build it: bash tools/setup.sh)")
+
+
+def run_all(sweep):
+    """Run every run; returns [(run, command, status)]."""
+    os.makedirs(os.path.join(sweep.out, "logs"), exist_ok=True)
+    if os.path.exists(metrics_path(sweep)):
+        os.replace(metrics_path(sweep), metrics_path(sweep) + ".old")
+        print(f"sweep: kept the previous {metrics_path(sweep)} as metrics.jsonl.old",
+              file=sys.stderr)
+    results = []
+    for i, run in enumerate(sweep.runs, 1):
+        cmd = command(sweep, run)
+        start = time.monotonic()
+        status = execute(cmd, os.path.join(sweep.out, "logs", f"{run.name}.log"), sweep.timeout_s)
+        print(f"sweep: [{i}/{len(sweep.runs)}] {run.name}: {status} "
+              f"({time.monotonic() - start:.1f} s)", file=sys.stderr)
+        results.append((run, cmd, status))
+    return results
+
+
+# --- the results folder --------------------------------------------------------------------
+
+def draw_plots(sweep, runs):
+    """Each figure of PLOTS into the out folder: {file: None if written, else why not}, and
+    whether a failure was an error (bad metrics) rather than nothing to draw."""
+    notes, error = {}, False
+    for file, module in PLOTS:
+        try:
+            module.plot(runs, os.path.join(sweep.out, file))
+            notes[file] = None
+        except metrics.NoData as e:
+            notes[file] = f"not drawn: {e}"
+        except metrics.MetricsError as e:
+            notes[file], error = f"error: {e}", True
+        if notes[file]:
+            print(f"sweep: {file} {notes[file]}", file=sys.stderr)
+    return notes, error
+
+
+def fmt(value, spec, missing="-"):
+    return format(value, spec) if metrics.is_finite(value) else missing
+
+
+def table_row(run, cmd, status, summary):
+    s = summary or {}
+    accuracy = s.get("test_accuracy")
+    cells = [run.name, run.algo, run.topology or "-", str(run.peers), str(run.seed), status,
+             fmt(100 * accuracy if metrics.is_finite(accuracy) else None, ".2f"),
+             fmt(s.get("epsilon"), ".3g", "no DP" if "epsilon" in s else "-"),
+             fmt(s.get("spectral_gap"), ".4g"), fmt(s.get("wall_s"), ".1f"),
+             f"`{shlex.join(cmd)}`"]
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def write_summary(sweep, results, runs, notes):
+    failed = sum(status != "ok" for _, _, status in results)
+    lines = [f"# Sweep {sweep.path}", "",
+             f"{len(results)} runs, {failed} failed. Metrics: `metrics.jsonl`; "
+             "each run's output: `logs/RUN.log`.", ""]
+    for file, note in notes.items():
+        lines += [f"![{file}]({file})" if note is None else f"{file}: {note}", ""]
+    lines += ["| run | algo | topology | peers | seed | status | test accuracy (%) | epsilon "
+              "| spectral gap | wall s | command |", "|" + "---|" * 11]
+    lines += [table_row(run, cmd, status, runs[run.name].summary if run.name in runs else None)
+              for run, cmd, status in results]
+    path = os.path.join(sweep.out, "summary.md")
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+
+
+def report(sweep, results):
+    """Plots and summary.md from OUT/metrics.jsonl; returns True when all went well."""
+    try:
+        have = os.path.exists(metrics_path(sweep))
+        runs = metrics.group_by_run(metrics.load([metrics_path(sweep)]) if have else [])
+        bad = False
+    except metrics.MetricsError as e:
+        print(f"sweep: error: {e}", file=sys.stderr)
+        runs, bad = {}, True
+    runs = {r.name: runs[r.name] for r, _, _ in results if r.name in runs}
+    notes, error = draw_plots(sweep, runs)
+    write_summary(sweep, results, runs, notes)
+    print(f"sweep: wrote {os.path.join(sweep.out, 'summary.md')}", file=sys.stderr)
+    return not (bad or error)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("sweep", help="the sweep file (JSON)")
+    p.add_argument("--out", help="results folder (default: the file's \"out\", else "
+                   f"{DEFAULTS['out']})")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = p.parse_args(argv)
+    try:
+        sweep = load_sweep(args.sweep, args.out)
+        if args.dry_run:
+            for run in sweep.runs:
+                print(shlex.join(command(sweep, run)))
+            return 0
+        check_binary(sweep)
+    except SweepError as e:
+        print(f"sweep: error: {e}", file=sys.stderr)
+        return 2
+    results = run_all(sweep)
+    ok = report(sweep, results)
+    return 0 if ok and all(status == "ok" for _, _, status in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
