@@ -51,6 +51,11 @@ class Topology {
   bool symmetric_ = false;
 };
 
+// "" when the directed graph with flows_to[j] = every peer that j's value reaches in one step
+// (for W: every i != j with W_ij > 0; for an undirected graph: the neighbour lists) is strongly
+// connected, else the first failure found: "peer 0 cannot reach peer 4".
+std::string unreachable(const std::vector<std::vector<int>>& flows_to);
+
 // Throws invalid_argument, the message starting with `where`, unless the union of the graphs of
 // `period` (all with the same peers) is strongly connected: "where: disconnected: peer 5 cannot
 // reach peer 0". Also rejects an empty period and mismatched peer counts.
