@@ -51,24 +51,6 @@ Adjacency undirected(int n, Neighbours neighbours) {
   return adj;
 }
 
-bool connected(const Adjacency& adj) {
-  std::vector<char> seen(adj.size(), 0);
-  std::vector<int> stack{0};
-  seen[0] = 1;
-  std::size_t count = 1;
-  while (!stack.empty()) {
-    const int v = stack.back();
-    stack.pop_back();
-    for (int u : adj[v])
-      if (!seen[u]) {
-        seen[u] = 1;
-        ++count;
-        stack.push_back(u);
-      }
-  }
-  return count == adj.size();
-}
-
 // One try of the pairing model with Steger and Wormald's refinement: join random pairs of free
 // stubs that make neither a loop nor a double edge; when random picks keep failing, choose among
 // all suitable pairs left, and give up (false) when there is none.
@@ -129,7 +111,7 @@ Adjacency random_regular(int n, int d, std::uint64_t seed) {
     for (int i = 0; i < n; ++i)
       for (int j = 0; j < n; ++j)
         if (j != i && (sets[i].count(j) > 0) != complement) adj[i].push_back(j);
-    if (connected(adj)) return adj;
+    if (unreachable(adj).empty()) return adj;
   }
   bad(what + ": no connected simple graph found in " + std::to_string(kRandomRegularAttempts) +
       " attempts with seed " + std::to_string(seed) + "; try another seed or degree");

@@ -44,7 +44,7 @@ std::vector<Topology> make(const GraphSpec& spec);
 // Edges without weights get the rule `weights` (or the graph's own "weights" field); with a
 // weight on every edge the self weights are 1 - row sum; mixing the two is an error. A directed
 // edge [i, j] means i sends to j (W_ji > 0). Errors name the JSON path:
-// "graph.json: /edges/3: peer 9 out of range for 8 peers".
+// "graph.json: /edges/3/1: peer 9 out of range for 8 peers".
 std::vector<Topology> from_json(const Json& j, const std::string& where,
                                 const std::string& weights = "metropolis");
 

@@ -16,44 +16,20 @@ std::string num(double v) {
   return os.str();
 }
 
-// flows_to[j] lists every i with W_ij > 0, i != j: where j's value goes in one round.
-// Returns "" when every peer reaches every other, else "peer a cannot reach peer b".
-std::string unreachable(const std::vector<std::vector<int>>& flows_to) {
-  const int n = static_cast<int>(flows_to.size());
-  // Forward from 0, then backward to 0: together they decide strong connectivity.
-  for (const bool forward : {true, false}) {
-    std::vector<std::vector<int>> next(n);
-    if (forward) {
-      next = flows_to;
-    } else {
-      for (int j = 0; j < n; ++j)
-        for (int i : flows_to[j]) next[i].push_back(j);
-    }
-    std::vector<char> seen(n, 0);
-    std::vector<int> stack{0};
-    seen[0] = 1;
-    while (!stack.empty()) {
-      const int v = stack.back();
-      stack.pop_back();
-      for (int u : next[v])
-        if (!seen[u]) {
-          seen[u] = 1;
-          stack.push_back(u);
-        }
-    }
-    for (int k = 0; k < n; ++k)
-      if (!seen[k])
-        return forward ? "peer 0 cannot reach peer " + std::to_string(k)
-                       : "peer " + std::to_string(k) + " cannot reach peer 0";
-  }
-  return "";
-}
-
 void add_flows(const Topology& t, std::vector<std::vector<int>>& flows_to) {
   const int n = t.peers();
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j)
       if (i != j && t.weight(i, j) > 0) flows_to[j].push_back(i);
+}
+
+// Per peer, the links W_ij > 0 (i != j) in its row (receiving) or in its column (sending).
+std::vector<int> link_counts(const Topology& t, bool receiving) {
+  std::vector<int> d(t.peers(), 0);
+  for (int i = 0; i < t.peers(); ++i)
+    for (int j = 0; j < t.peers(); ++j)
+      if (i != j && t.weight(i, j) > 0) ++d[receiving ? i : j];
+  return d;
 }
 
 }  // namespace
@@ -72,9 +48,11 @@ Topology::Topology(std::string name, int n, std::vector<double> w, Connectivity 
   for (int i = 0; i < n_; ++i)
     for (int j = 0; j < n_; ++j) {
       double& v = w_[static_cast<std::size_t>(i) * n_ + j];
-      const std::string entry = "entry (" + std::to_string(i) + ", " + std::to_string(j) + ")";
-      if (!std::isfinite(v)) bad(entry + " is " + num(v) + ", not finite");
-      if (v < -kNegativeTolerance) bad(entry + " is " + num(v) + ", must be >= 0");
+      auto entry = [&] {
+        return "entry (" + std::to_string(i) + ", " + std::to_string(j) + ") is " + num(v);
+      };
+      if (!std::isfinite(v)) bad(entry() + ", not finite");
+      if (v < -kNegativeTolerance) bad(entry() + ", must be >= 0");
       if (v < 0) v = 0;
     }
   for (int i = 0; i < n_; ++i) {
@@ -129,20 +107,39 @@ Topology::Neighbourhood Topology::neighbourhood(int rank) const {
   return nb;
 }
 
-std::vector<int> Topology::in_degrees() const {
-  std::vector<int> d(n_, 0);
-  for (int i = 0; i < n_; ++i)
-    for (int j = 0; j < n_; ++j)
-      if (i != j && weight(i, j) > 0) ++d[i];
-  return d;
-}
+std::vector<int> Topology::in_degrees() const { return link_counts(*this, true); }
 
-std::vector<int> Topology::out_degrees() const {
-  std::vector<int> d(n_, 0);
-  for (int i = 0; i < n_; ++i)
-    for (int j = 0; j < n_; ++j)
-      if (i != j && weight(i, j) > 0) ++d[j];
-  return d;
+std::vector<int> Topology::out_degrees() const { return link_counts(*this, false); }
+
+std::string unreachable(const std::vector<std::vector<int>>& flows_to) {
+  const int n = static_cast<int>(flows_to.size());
+  // Forward from 0, then backward to 0: together they decide strong connectivity.
+  for (const bool forward : {true, false}) {
+    std::vector<std::vector<int>> next(n);
+    if (forward) {
+      next = flows_to;
+    } else {
+      for (int j = 0; j < n; ++j)
+        for (int i : flows_to[j]) next[i].push_back(j);
+    }
+    std::vector<char> seen(n, 0);
+    std::vector<int> stack{0};
+    seen[0] = 1;
+    while (!stack.empty()) {
+      const int v = stack.back();
+      stack.pop_back();
+      for (int u : next[v])
+        if (!seen[u]) {
+          seen[u] = 1;
+          stack.push_back(u);
+        }
+    }
+    for (int k = 0; k < n; ++k)
+      if (!seen[k])
+        return forward ? "peer 0 cannot reach peer " + std::to_string(k)
+                       : "peer " + std::to_string(k) + " cannot reach peer 0";
+  }
+  return "";
 }
 
 void require_connected(const std::vector<Topology>& period, const std::string& where) {

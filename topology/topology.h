@@ -30,7 +30,7 @@ class Topology {
 
   const std::string& name() const { return name_; }
   int peers() const { return n_; }
-  double weight(int i, int j) const;                        // W_ij
+  double weight(int i, int j) const;                        // W_ij; out_of_range outside [0, n)
   const std::vector<double>& matrix() const { return w_; }  // row-major, n x n
   bool symmetric() const { return symmetric_; }             // W == W^T within 1e-12
 
@@ -40,7 +40,7 @@ class Topology {
     std::vector<double> recv_weights;  // W_ij for each
     std::vector<int> send_to;          // k != i with W_ki > 0, ascending
   };
-  Neighbourhood neighbourhood(int rank) const;
+  Neighbourhood neighbourhood(int rank) const;  // out_of_range for a rank outside [0, n)
   std::vector<int> in_degrees() const;   // per peer, |recv_from|, excluding self
   std::vector<int> out_degrees() const;  // per peer, |send_to|, excluding self
 
@@ -50,6 +50,11 @@ class Topology {
   std::vector<double> w_;
   bool symmetric_ = false;
 };
+
+// "" when the directed graph with flows_to[j] = every peer that j's value reaches in one step
+// (for W: every i != j with W_ij > 0; for an undirected graph: the neighbour lists) is strongly
+// connected, else the first failure found: "peer 0 cannot reach peer 4".
+std::string unreachable(const std::vector<std::vector<int>>& flows_to);
 
 // Throws invalid_argument, the message starting with `where`, unless the union of the graphs of
 // `period` (all with the same peers) is strongly connected: "where: disconnected: peer 5 cannot
