@@ -159,6 +159,15 @@ def select(runs, names):
     return {n: runs[n] for n in wanted}
 
 
+def last(runs, count):
+    """Keep the `count` runs that appear last in the files (None: all)."""
+    if count is None:
+        return runs
+    if count < 1:
+        raise MetricsError(f"--last wants 1 or more runs, got {count}")
+    return dict(list(runs.items())[-count:])
+
+
 def series(records, xkey, ykey):
     """(xs, ys) of the records where both keys are finite numbers."""
     pairs = [(r[xkey], r[ykey]) for r in records
@@ -169,13 +178,16 @@ def series(records, xkey, ykey):
 # --- what the plot scripts share -----------------------------------------------------------
 
 def plot_arguments(doc):
-    """The command line of every plot script: METRICS... -o OUT.png [--runs R1,R2] [--title T]."""
+    """The command line of every plot script:
+    METRICS... -o OUT.png [--runs R1,R2] [--last N] [--title T]."""
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=doc.split("\n\n", 1)[-1])
     p.add_argument("metrics", nargs="+", help="JSON-lines metrics files (dpgossip train --metrics)")
     p.add_argument("-o", "--out", required=True, help="the PNG to write")
     p.add_argument("--runs", help="comma-separated run ids to draw (default: all)")
+    p.add_argument("--last", type=int, metavar="N",
+                   help="draw only the N runs that come last in the files (after --runs)")
     p.add_argument("--title", help="figure title")
     return p
 
@@ -186,7 +198,7 @@ def plot_main(doc, plot, argv=None):
     args = plot_arguments(doc).parse_args(argv)
     prog = os.path.basename(sys.argv[0])
     try:
-        runs = select(group_by_run(load(args.metrics)), args.runs)
+        runs = last(select(group_by_run(load(args.metrics)), args.runs), args.last)
         plot(runs, args.out, title=args.title)
     except MetricsError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)

@@ -15,7 +15,8 @@ The runs are the cartesian product of "grid" (topology applies to gossip only: o
 once per peers x seed) followed by the "runs" list. Each is run from the current folder as
   BINARY launch --peers P -- train --algo A [--topology T] --seed S --run-name NAME \\
       --metrics OUT/metrics.jsonl --json COMMON... ARGS...
-with NAME = ALGO-TOPOLOGY-nPEERS-sSEED (ALGO-nPEERS-sSEED without a topology), its output in
+with NAME = ALGO-TOPOLOGY-nPEERS-sSEED (ALGO-nPEERS-sSEED without a topology; a listed run may
+give its own "name"), its output in
 OUT/logs/NAME.log, stopped (its whole process group) after timeout_s seconds. A failing run is
 recorded and the sweep goes on. A metrics.jsonl already in OUT is first renamed metrics.jsonl.old.
 Then OUT/convergence.png, OUT/consensus.png and OUT/accuracy_vs_gap.png (tools/plot_*.py) and
@@ -70,6 +71,8 @@ CHECKS = {
     "peers": (lambda v: is_int(v) and v >= 1, "a whole number of at least 1"),
     "seed": (lambda v: is_int(v) and v >= 0, "a whole number of 0 or more"),
     "args": (is_str_list, "a list of strings"),
+    "name": (lambda v: isinstance(v, str) and v != "" and "/" not in v and " " not in v,
+             "a non-empty run name without '/' or spaces"),
     "binary": (lambda v: isinstance(v, str) and v != "", "a non-empty path"),
     "out": (lambda v: isinstance(v, str) and v != "", "a non-empty path"),
     "timeout_s": (lambda v: metrics.is_finite(v) and v > 0, "a number of seconds above 0"),
@@ -85,9 +88,12 @@ class Run(NamedTuple):
     peers: int
     seed: int
     args: tuple = ()
+    label: Optional[str] = None  # a listed run's own "name"
 
     @property
     def name(self):
+        if self.label:
+            return self.label
         topo = f"-{self.topology}" if self.topology else ""
         return f"{self.algo}{topo}-n{self.peers}-s{self.seed}"
 
@@ -143,7 +149,7 @@ def grid_runs(path, grid):
 
 def listed_run(path, i, spec):
     where = f"runs[{i}]"
-    check_keys(path, where, spec, RUN_KEYS + ("args",))
+    check_keys(path, where, spec, RUN_KEYS + ("args", "name"))
     for key, value in spec.items():
         check(path, f"{where}.{key}", key, value)
     gossip = spec.get("algo") == "gossip"
@@ -151,7 +157,7 @@ def listed_run(path, i, spec):
     if not gossip and "topology" in spec:
         raise SweepError(f"{path}: key '{where}.topology': only gossip takes a topology")
     return Run(spec["algo"], spec.get("topology"), spec["peers"], spec["seed"],
-               tuple(spec.get("args", ())))
+               tuple(spec.get("args", ())), spec.get("name"))
 
 
 def parse_sweep(path, spec, out=None):

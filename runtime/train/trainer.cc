@@ -357,7 +357,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
                           << " examples here (" << total_rows_ << " in all), q = " << q_ << ", "
                           << total_steps_ << " steps, " << (c.dp ? "DP-SGD" : "plain SGD")
                           << ", noise multiplier " << sigma_ << " (each peer adds "
-                          << peer_sigma_ << ", " << c.noise_mode << " noise), clip "
+                          << peer_sigma_ << ", " << (gossiping() ? "local" : c.noise_mode) << " noise), clip "
                           << c.clip_norm << ", noise seed "
                      << (c.noise_seed != 0 ? "from the config" : "secret (OS entropy)")
                      << ", config " << dpg::to_json(c).dump());

@@ -41,7 +41,7 @@ assert kinds.count("epoch") == 3 and kinds[-1] == "summary", kinds
 assert all(l["run"] == "ring8" and l["peers"] == 8 for l in lines)
 cons = [l for l in lines if l["kind"] == "consensus"]
 assert [c["round"] for c in cons] == list(range(0, ring["steps"] + 1, 5)), [c["round"] for c in cons]
-assert cons[0]["consensus_distance"] == 0  # every peer starts from rank 0s model
+assert cons[0]["consensus_distance"] < 1e-9  # every peer starts from rank 0s model (float mean)
 assert all(c["consensus_distance"] > 0 for c in cons[1:])
 epochs = [l for l in lines if l["kind"] == "epoch"]
 assert all(len(e["peer_test_accuracy"]) == 8 and e["consensus_distance"] > 0 for e in epochs)

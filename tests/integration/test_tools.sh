@@ -78,6 +78,12 @@ expect_error "bad.jsonl:$((lines + 1)): 'consensus_distance'" \
   "$PY" "$tools/plot_consensus.py" m.jsonl bad.jsonl -o figs/bad.png
 expect_error "missing.jsonl" "$PY" "$tools/plot_gap.py" m.jsonl missing.jsonl -o figs/bad.png
 expect_error "no run named nope" "$PY" "$tools/plot_metrics.py" m.jsonl --runs nope -o figs/bad.png
+expect_error "--last wants 1 or more" "$PY" "$tools/plot_metrics.py" m.jsonl --last 0 -o figs/bad.png
+"$PY" -c '
+import sys; sys.path.insert(0, sys.argv[1]); import metrics
+runs = metrics.group_by_run(metrics.load(["m.jsonl"]))
+assert list(metrics.last(runs, 1)) == list(runs)[-1:] and len(runs) > 1, list(runs)
+' "$tools" || fail "--last 1 keeps the last run only"
 [[ ! -e figs/bad.png ]] || fail "a failing plot wrote figs/bad.png"
 
 # sweep --dry-run: 2 all-reduce (peers x seed, no topology) + 4 gossip + 1 listed run.
