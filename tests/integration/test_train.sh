@@ -20,9 +20,11 @@ for k in ["test_accuracy", "epsilon", "delta", "noise_multiplier", "epochs", "sa
 assert s["dp"] is True and s["noise_multiplier"] > 0, s
 assert s["test_accuracy"] > 0.75, s["test_accuracy"]
 assert 2.99 < s["epsilon"] <= 3.0, s["epsilon"]
-lines = [json.loads(l) for l in open(sys.argv[2])]
+every = [json.loads(l) for l in open(sys.argv[2])]
+assert [l["kind"] for l in every] == ["epoch", "epoch", "summary"], every
+lines = every[:2]
 assert [l["epoch"] for l in lines] == [1, 2], lines
-assert lines[-1]["test_accuracy"] == s["test_accuracy"]
+assert lines[-1]["test_accuracy"] == s["test_accuracy"] == every[-1]["test_accuracy"]
 assert lines[0]["epsilon"] < lines[1]["epsilon"]
 ' "$work/summary.json" "$work/m.jsonl"
 
