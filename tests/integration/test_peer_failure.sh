@@ -15,13 +15,18 @@ trap cleanup EXIT
 
 "$bin" prepare --out "$work/data" >/dev/null
 
-# Starts 4 peers from a fresh hosts file; their pids go to pids[], logs to $work/rank-R.log.
+# start_peers TIMEOUT [N [TRAIN FLAGS...]]: N peers (default 4, all-reduce) from a fresh hosts
+# file; their pids go to pids[], logs to $work/rank-R.log.
 start_peers() {
-  write_local_hosts 4 "$work/hosts.json"
+  local timeout=$1 n=${2:-4}
+  shift; shift || true
+  local algo=("$@")
+  [ ${#algo[@]} -gt 0 ] || algo=(--algo allreduce)
+  write_local_hosts "$n" "$work/hosts.json"
   pids=()
-  for r in 0 1 2 3; do
-    "$bin" train --algo allreduce --hosts "$work/hosts.json" --rank $r --data "$work/data" \
-      --epochs 200 --threads 1 --timeout-s "$1" --metrics "" >"$work/rank-$r.log" 2>&1 &
+  for r in $(seq 0 $((n - 1))); do
+    "$bin" train "${algo[@]}" --hosts "$work/hosts.json" --rank $r --data "$work/data" \
+      --epochs 200 --threads 1 --timeout-s "$timeout" --metrics "" >"$work/rank-$r.log" 2>&1 &
     pids+=($!)
   done
   # Wait (bounded) until training is under way: rank 0 has reported an epoch.
@@ -67,3 +72,25 @@ done
 grep -q "timed out" "$work/rank-0.log" "$work/rank-2.log" "$work/rank-3.log"
 grep -h -A3 "error" "$work/rank-0.log" | head -4
 echo "stalled peer: the others timed out, naming peer 1"
+
+# 3. Gossip on a ring of 6: rank 3 is killed. Its neighbours 2 and 4 lose it at once; the peers
+# two hops away (0, 1, 5) hear of it from their neighbours' aborts; nobody hangs.
+start_peers 30 6 --algo gossip --topology ring
+kill -9 "${pids[3]}"
+wait "${pids[3]}" 2>/dev/null || true
+expect_exit 10 0 1 2 4 5
+for r in 0 1 2 4 5; do
+  grep -q "peer 3" "$work/rank-$r.log" || { echo "rank $r does not name peer 3:"; cat "$work/rank-$r.log"; exit 1; }
+done
+echo "gossip, killed peer: the others exited, naming peer 3"
+
+# 4. Gossip: rank 4 stalls; the others time out after 3 s and name it.
+start_peers 3 6 --algo gossip --topology ring
+kill -STOP "${pids[4]}"
+expect_exit 15 0 1 2 3 5
+kill -9 "${pids[4]}"
+for r in 0 1 2 3 5; do
+  grep -q "peer 4" "$work/rank-$r.log" || { echo "rank $r does not name peer 4:"; cat "$work/rank-$r.log"; exit 1; }
+done
+grep -h -A3 "error" "$work/rank-0.log" | head -4
+echo "gossip, stalled peer: the others timed out, naming peer 4"
