@@ -18,3 +18,12 @@ json.dump({"peers": [{"rank": r, "host": "127.0.0.1", "port": s.getsockname()[1]
                      for r, s in enumerate(socks)]}, open(sys.argv[2], "w"))
 ' "$1" "$2"
 }
+
+# fmnist_work BIN: skips without Fashion-MNIST, else makes $work (removed on exit) and prepares
+# the data into $work/data with BIN.
+fmnist_work() {
+  require_fmnist
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  "$1" prepare --out "$work/data" >/dev/null
+}

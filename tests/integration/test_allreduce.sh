@@ -5,11 +5,7 @@
 set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-require_fmnist
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-"$bin" prepare --out "$work/data" >/dev/null
+fmnist_work "$bin"
 common=(--data "$work/data" --epochs 6 --threads 1 --json)
 
 "$bin" train "${common[@]}" --metrics "" >"$work/one.json" 2>"$work/one.log"

@@ -5,11 +5,7 @@
 set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-require_fmnist
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-"$bin" prepare --out "$work/data" >/dev/null
+fmnist_work "$bin"
 common=(--data "$work/data" --threads 1 --json --timeout-s 60)
 
 "$bin" launch --peers 8 -- train --algo gossip --topology ring --epochs 3 "${common[@]}" \

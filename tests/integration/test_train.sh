@@ -4,11 +4,7 @@
 set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-require_fmnist
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-"$bin" prepare --out "$work/data" >/dev/null
+fmnist_work "$bin"
 "$bin" train --data "$work/data" --epochs 2 --batch-size 2048 --lr 4 --momentum 0 --ema-decay 0 --threads 1 --metrics "$work/m.jsonl" --json \
   >"$work/summary.json" 2>"$work/progress.txt"
 grep -q 'epoch   2/2' "$work/progress.txt"
