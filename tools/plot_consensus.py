@@ -10,7 +10,8 @@ axis, one solid curve per gossip run, from its "consensus" lines (written every 
 without them falls back to its "epoch" lines' consensus_distance, with the step as the round.
 Beside each curve, dashed in the same colour: the rho^t prediction, the decay of plain gossip
 (no gradients, no noise) from the first measured point (t0, CD0) of each topology phase,
-CD0 * rho^(2 (t - t0)) (a squared norm, hence 2t), floored at 1e-12 * CD0. Where a run's
+CD0 * rho^(2 (t - t0)) (a squared norm, hence 2t), floored at 1e-12 * CD0; none for a phase
+whose distance grows from its first point (training from one common model). Where a run's
 topology label changes (a topology swap mid-run) a dotted vertical line marks the round, with
 "old -> new" beside it. The y axis reaches 1e-4 times the lowest measured distance, no lower
 (a prediction may continue below). Runs with no consensus data (all-reduce, single) are left out.
@@ -61,6 +62,8 @@ def prediction(phase, end):
     rho = next((p.rho for p in phase if metrics.is_finite(p.rho)), None)
     if rho is None or first.cd <= 0 or end <= first.t:
         return None
+    if len(phase) > 1 and phase[1].cd > first.cd:
+        return None  # growing, as training from one common model does: nothing to decay from
     ts = [first.t + (end - first.t) * k / (SAMPLES - 1) for k in range(SAMPLES)]
     return ts, [max(first.cd * rho ** (2 * (t - first.t)), FLOOR * first.cd) for t in ts]
 
