@@ -80,6 +80,7 @@ TrainConfig merge(const CLI::App& cmd, const TrainFlags& f) {
   if (given("--topology-schedule")) c.topology_schedule = v.topology_schedule;
   if (given("--init")) c.init = v.init;
   if (given("--metrics-every")) c.metrics_every = v.metrics_every;
+  if (given("--metrics-eval-rows")) c.metrics_eval_rows = v.metrics_eval_rows;
   if (given("--run-name")) c.run_name = v.run_name;
   if (f.dp && f.no_dp) fail(Code::invalid_argument, "train: give --dp or --no-dp, not both");
   if (f.dp) c.dp = true;
@@ -277,6 +278,8 @@ void add_train(CLI::App& app) {
                   "gossip: same (rank 0's model everywhere) or independent (seed + rank)");
   cmd->add_option("--metrics-every", c.metrics_every,
                   "gossip: consensus distance every K steps (0: off)");
+  cmd->add_option("--metrics-eval-rows", c.metrics_eval_rows,
+                  "gossip: test rows each K-step metrics line evaluates the models on (0: none)");
   cmd->add_option("--run-name", c.run_name, "the run id of the metrics lines");
   cmd->add_option("--noise-mode", c.noise_mode,
                   "allreduce: distributed (sum carries the central noise) or local (every "

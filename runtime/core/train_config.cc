@@ -12,7 +12,7 @@ TrainConfig train_config_from_json(const Json& j, const std::string& where) {
                     "noise_multiplier", "target_epsilon", "delta", "seed", "noise_seed", "threads",
                     "metrics", "algo", "noise_mode", "timeout_s", "topology",
                     "topology_weights", "topology_degree", "topology_seed", "topology_schedule",
-                    "init", "metrics_every", "run_name"});
+                    "init", "metrics_every", "metrics_eval_rows", "run_name"});
   TrainConfig c;
   if (r.has("data")) c.data = r.string("data");
   if (r.has("hidden")) {
@@ -64,6 +64,9 @@ TrainConfig train_config_from_json(const Json& j, const std::string& where) {
   if (r.has("topology_schedule")) c.topology_schedule = r.string("topology_schedule");
   if (r.has("init")) c.init = r.string("init");
   if (r.has("metrics_every")) c.metrics_every = static_cast<int>(r.integer("metrics_every"));
+  if (r.has("metrics_eval_rows")) {
+    c.metrics_eval_rows = static_cast<int>(r.integer("metrics_eval_rows"));
+  }
   if (r.has("run_name")) c.run_name = r.string("run_name");
   try {
     validate(c);
@@ -89,7 +92,8 @@ Json to_json(const TrainConfig& c) {
           {"topology", c.topology}, {"topology_weights", c.topology_weights},
           {"topology_degree", c.topology_degree}, {"topology_seed", c.topology_seed},
           {"topology_schedule", c.topology_schedule}, {"init", c.init},
-          {"metrics_every", c.metrics_every}, {"run_name", c.run_name}};
+          {"metrics_every", c.metrics_every}, {"metrics_eval_rows", c.metrics_eval_rows},
+          {"run_name", c.run_name}};
 }
 
 std::uint64_t shared_settings_hash(const TrainConfig& c) {
@@ -135,6 +139,7 @@ void validate(const TrainConfig& c) {
   require(c.init == "same" || c.init == "independent", "init",
           "expected same or independent, got \"" + c.init + "\"");
   require(c.metrics_every >= 0, "metrics_every", "must be non-negative (0: off)");
+  require(c.metrics_eval_rows >= 0, "metrics_eval_rows", "must be non-negative (0: none)");
   require(c.noise_mode == "distributed" || c.noise_mode == "local", "noise_mode",
           "expected distributed or local, got \"" + c.noise_mode + "\"");
   require(c.timeout_s > 0, "timeout_s", "must be positive");

@@ -54,6 +54,9 @@ struct TrainConfig {
   // each peer initialises with seed + rank, to watch disagreement decay (with lr 0, plain gossip).
   std::string init = "same";
   int metrics_every = 5;                        // gossip: consensus distance every K steps (0: off)
+  // gossip: the K-step metrics also evaluate each peer's model and the peers' mean on the first
+  // this many test rows (0: the consensus distance only; every epoch uses the whole split).
+  int metrics_eval_rows = 1000;
   std::string run_name;                         // the "run" of every metrics line ("": generated)
   double timeout_s = 60;                     // every network wait, and the connection set-up
   std::string metrics = "runs/metrics.jsonl";  // JSON-lines file, appended ("" = none)

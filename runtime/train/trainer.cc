@@ -63,10 +63,18 @@ Json EpochReport::to_json() const {
 }
 
 Json ConsensusReport::to_json() const {
-  return {{"step", round},   {"round", round},
-          {"epoch", epoch},  {"wall_s", wall_s},
-          {"consensus_distance", consensus_distance},
-          {"topology", topology}, {"rho", rho}};
+  Json j = {{"step", round},   {"round", round},
+            {"epoch", epoch},  {"wall_s", wall_s},
+            {"consensus_distance", consensus_distance},
+            {"topology", topology}, {"rho", rho}};
+  if (eval_rows > 0) {
+    j["eval_rows"] = eval_rows;
+    j["test_accuracy"] = test_accuracy;
+    j["test_loss"] = test_loss;
+    j["peer_test_accuracy"] = peer_test_accuracy;
+    j["peer_test_loss"] = peer_test_loss;
+  }
+  return j;
 }
 
 Json TrainSummary::to_json(const TrainConfig& c) const {
@@ -168,8 +176,9 @@ void Trainer::sum_over_peers(std::span<double> values) const {
 }
 
 // Each peer evaluates its slice of the test split; the counts are summed over the peers.
-model::Mlp::Evaluation Trainer::evaluate_shared(const model::Mlp& m, model::Workspace& ws) const {
-  const std::size_t rows = data_.test.rows, cols = data_.test.cols;
+model::Mlp::Evaluation Trainer::evaluate_shared(const model::Mlp& m, model::Workspace& ws,
+                                                std::size_t limit) const {
+  const std::size_t rows = std::min(limit, data_.test.rows), cols = data_.test.cols;
   const std::size_t n = static_cast<std::size_t>(world()), r = static_cast<std::size_t>(rank());
   const std::size_t begin = rows * r / n, end = rows * (r + 1) / n;
   const auto ev = m.evaluate(
@@ -284,25 +293,30 @@ void Trainer::release(RunState& s, std::span<const float> mine) const {
   if (s.gossip) comm_->allreduce(s.released.params(), collective::Reduce::average);
 }
 
-void Trainer::evaluate_peers(RunState& s, EpochReport& r) const {
+void Trainer::evaluate_peers(RunState& s, std::span<const float> own, std::size_t rows,
+                             std::vector<double>& accuracy, std::vector<double>& loss) const {
+  rows = std::min(rows, data_.test.rows);
   std::copy(s.released.params().begin(), s.released.params().end(), s.scratch.begin());
-  const auto own = s.ema ? s.ema->values() : std::span<const float>(s.model.params());
   std::copy(own.begin(), own.end(), s.released.params().begin());
-  const auto ev = s.released.evaluate(data_.test.features, data_.test.labels, s.eval_ws);
+  const auto ev = s.released.evaluate(
+      std::span<const float>(data_.test.features).first(rows * data_.test.cols),
+      std::span<const std::int32_t>(data_.test.labels).first(rows), s.eval_ws);
   const std::size_t n = static_cast<std::size_t>(world());
   std::vector<double> v(2 * n, 0.0);  // (accuracy, loss) of each peer
   const std::size_t me = static_cast<std::size_t>(rank());
   v[2 * me] = ev.rows > 0 ? static_cast<double>(ev.correct) / ev.rows : 0.0;
   v[2 * me + 1] = ev.rows > 0 ? ev.loss_sum / ev.rows : 0.0;
   sum_over_peers(v);
+  accuracy.clear();
+  loss.clear();
   for (std::size_t j = 0; j < n; ++j) {
-    r.peer_test_accuracy.push_back(v[2 * j]);
-    r.peer_test_loss.push_back(v[2 * j + 1]);
+    accuracy.push_back(v[2 * j]);
+    loss.push_back(v[2 * j + 1]);
   }
   std::copy(s.scratch.begin(), s.scratch.end(), s.released.params().begin());
 }
 
-ConsensusReport Trainer::consensus(RunState& s, long long round) const {
+ConsensusReport Trainer::consensus(RunState& s, long long round, bool eval) const {
   const auto& phase = s.gossip->schedule().phase_at(std::max(0LL, round - 1));
   ConsensusReport r;
   r.round = round;
@@ -310,6 +324,16 @@ ConsensusReport Trainer::consensus(RunState& s, long long round) const {
   r.consensus_distance = consensus_distance(*comm_, s.model.params(), s.scratch);
   r.topology = phase.label;
   r.rho = phase.spectrum.rho;
+  if (eval && config_.metrics_eval_rows > 0) {
+    // The mean of the iterates (left in s.scratch above), then each peer's own iterate.
+    const std::size_t rows = static_cast<std::size_t>(config_.metrics_eval_rows);
+    std::copy(s.scratch.begin(), s.scratch.end(), s.released.params().begin());
+    const auto ev = evaluate_shared(s.released, s.eval_ws, rows);
+    r.eval_rows = static_cast<long long>(ev.rows);
+    r.test_accuracy = ev.rows > 0 ? static_cast<double>(ev.correct) / ev.rows : 0.0;
+    r.test_loss = ev.rows > 0 ? ev.loss_sum / ev.rows : 0.0;
+    evaluate_peers(s, s.model.params(), rows, r.peer_test_accuracy, r.peer_test_loss);
+  }
   r.wall_s = seconds_since(s.start);
   return r;
 }
@@ -329,11 +353,12 @@ EpochReport Trainer::evaluate_epoch(RunState& s, int epoch, long long t,
                          : std::numeric_limits<double>::infinity();
   r.lr = s.lr;
   if (s.gossip) {
-    const auto c = consensus(s, t);
+    const auto c = consensus(s, t, false);
     r.topology = c.topology;
     r.rho = c.rho;
     r.consensus_distance = c.consensus_distance;
-    evaluate_peers(s, r);
+    evaluate_peers(s, s.ema ? s.ema->values() : std::span<const float>(s.model.params()),
+                   data_.test.rows, r.peer_test_accuracy, r.peer_test_loss);
   }
   return r;
 }
@@ -388,7 +413,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
   auto report_consensus = [&](long long round) {
     if (!s.gossip || c.metrics_every <= 0 || round % c.metrics_every != 0) return;
     const auto begin = Clock::now();
-    const ConsensusReport r = consensus(s, round);
+    const ConsensusReport r = consensus(s, round, true);
     if (on_consensus) on_consensus(r);
     metrics_seconds += seconds_since(begin);
   };

@@ -6,6 +6,7 @@
 // its model with its neighbours' in the topology while the gradient is being computed.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -47,6 +48,11 @@ struct ConsensusReport {
   double consensus_distance = 0;
   std::string topology;
   double rho = 0;
+  // With metrics_eval_rows > 0: the peers' mean model (test_*) and each peer's own iterate
+  // (peer_test_*) on the first eval_rows test rows.
+  long long eval_rows = 0;
+  double test_accuracy = 0, test_loss = 0;
+  std::vector<double> peer_test_accuracy, peer_test_loss;
   Json to_json() const;
 };
 
@@ -103,9 +109,12 @@ class Trainer {
   // update, average, account.
   void step(RunState& s, long long t, EpochTotals& totals, TrainSummary& summary) const;
   EpochReport evaluate_epoch(RunState& s, int epoch, long long t, const EpochTotals& totals) const;
-  // gossip: each peer's released model on the whole test split, gathered on every peer.
-  void evaluate_peers(RunState& s, EpochReport& r) const;
-  ConsensusReport consensus(RunState& s, long long round) const;
+  // gossip: `own` (this peer's model) on the first `rows` test rows, gathered on every peer as
+  // (accuracy, loss) lists.
+  void evaluate_peers(RunState& s, std::span<const float> own, std::size_t rows,
+                      std::vector<double>& accuracy, std::vector<double>& loss) const;
+  // gossip: the consensus distance, and with `eval` the K-step evaluation of the models.
+  ConsensusReport consensus(RunState& s, long long round, bool eval) const;
   // The released model of the run into s.released: this peer's (averaged) iterate, or for gossip
   // the mean of every peer's.
   void release(RunState& s, std::span<const float> mine) const;
@@ -113,7 +122,9 @@ class Trainer {
 
   // Sums values over the peers in place (nothing to do alone).
   void sum_over_peers(std::span<double> values) const;
-  model::Mlp::Evaluation evaluate_shared(const model::Mlp& m, model::Workspace& ws) const;
+  // On the first `rows` test rows (all by default), each peer taking a slice.
+  model::Mlp::Evaluation evaluate_shared(const model::Mlp& m, model::Workspace& ws,
+                                         std::size_t rows = SIZE_MAX) const;
 
   TrainConfig config_;
   data::Prepared data_;

@@ -39,6 +39,8 @@ cons = [l for l in lines if l["kind"] == "consensus"]
 assert [c["round"] for c in cons] == list(range(0, ring["steps"] + 1, 5)), [c["round"] for c in cons]
 assert cons[0]["consensus_distance"] < 1e-9  # every peer starts from rank 0s model (float mean)
 assert all(c["consensus_distance"] > 0 for c in cons[1:])
+assert all(c["eval_rows"] == 1000 and len(c["peer_test_accuracy"]) == 8 for c in cons), cons[0]
+assert cons[-1]["test_accuracy"] > 0.6 and min(cons[-1]["peer_test_accuracy"]) > 0.6, cons[-1]
 epochs = [l for l in lines if l["kind"] == "epoch"]
 assert all(len(e["peer_test_accuracy"]) == 8 and e["consensus_distance"] > 0 for e in epochs)
 
