@@ -13,6 +13,7 @@
 #include "apps/gossip_setup.h"
 #include "apps/parse.h"
 #include "runtime/core/error.h"
+#include "runtime/core/hash.h"
 #include "runtime/core/json_io.h"
 #include "runtime/core/log.h"
 #include "runtime/core/train_config.h"
@@ -161,14 +162,17 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   if (peers.rank != 0 && log::level() > log::Level::warn) log::set_level(log::Level::warn);
   const bool gossip = c.algo == "gossip" && peers.world() > 1;
   std::vector<train::GossipPhase> phases;
-  if (gossip) phases = gossip_phases(c, peers.world());
+  if (gossip) phases = gossip_phases(c, peers.world(), peers.hosts.topology);
   std::optional<net::TcpTransport> transport;
   std::optional<collective::Communicator> comm;
   if (peers.world() > 1) {
     net::TcpOptions t;
     t.timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
     t.connect_timeout = t.timeout;
-    t.config_hash = shared_settings_hash(c);
+    // The hosts file's topology is part of what the peers must share when a run uses it.
+    t.config_hash = shared_settings_hash(c) ^ (peers.hosts.topology.is_null()
+                                                   ? 0
+                                                   : fnv1a64(peers.hosts.topology.dump()));
     // Gossip overlaps the exchange with the gradient, so the I/O needs a thread of its own.
     t.progress_thread = gossip;
     const collective::Options copt;
@@ -267,8 +271,9 @@ void add_train(CLI::App& app) {
                   "single, allreduce (data-parallel over the hosts file) or gossip (D-PSGD)");
   cmd->add_option("--topology", c.topology,
                   "gossip: graph kind (ring, torus, hypercube, exponential, "
-                  "symmetric-exponential, one-peer-exponential, complete, star, random-regular) "
-                  "or a .json graph file (default " + d.topology + ")");
+                  "symmetric-exponential, one-peer-exponential, complete, star, random-regular), "
+                  "a .json graph file, or hosts (the hosts file's topology; default " +
+                      d.topology + ")");
   cmd->add_option("--topology-weights", c.topology_weights, "metropolis, uniform or lazy");
   cmd->add_option("--topology-degree", c.topology_degree, "random-regular: the degree");
   cmd->add_option("--topology-seed", c.topology_seed, "random-regular: the seed");

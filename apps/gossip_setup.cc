@@ -16,7 +16,19 @@ bool is_file(const std::string& name) {
 }
 
 std::vector<topology::Topology> graphs_for(const std::string& name, const TrainConfig& c,
-                                           int world, const std::string& field) {
+                                           int world, const std::string& field,
+                                           const Json& hosts_topology) {
+  if (name == "hosts") {
+    if (hosts_topology.is_null()) {
+      fail(Code::invalid_argument, field + ": \"hosts\" names the hosts file's topology, and "
+                                           "the run has no hosts file with a \"topology\"");
+    }
+    if (!hosts_topology.is_string()) {
+      return topology::from_json(hosts_topology, "hosts file: topology:", c.topology_weights);
+    }
+    return graphs_for(hosts_topology.get<std::string>(), c, world, "hosts file: topology",
+                      Json());
+  }
   if (is_file(name)) return topology::from_json(read_json_file(name), name + ":", c.topology_weights);
   const auto& kinds = topology::kinds();
   if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) {
@@ -39,12 +51,12 @@ std::vector<topology::Topology> graphs_for(const std::string& name, const TrainC
 }
 
 train::GossipPhase phase(double at, bool in_epochs, const std::string& name, const TrainConfig& c,
-                         int world, const std::string& field) {
+                         int world, const std::string& field, const Json& hosts_topology) {
   train::GossipPhase p;
   p.at = at;
   p.in_epochs = in_epochs;
   p.label = is_file(name) ? "file:" + name : name;
-  p.period = graphs_for(name, c, world, field);
+  p.period = graphs_for(name, c, world, field, hosts_topology);
   if (p.period.empty() || p.period.front().peers() != world) {
     fail(Code::invalid_argument,
          field + ": graph \"" + name + "\" has " +
@@ -56,9 +68,10 @@ train::GossipPhase phase(double at, bool in_epochs, const std::string& name, con
 
 }  // namespace
 
-std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world) {
+std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world,
+                                              const Json& hosts_topology) {
   std::vector<train::GossipPhase> phases;
-  phases.push_back(phase(0, false, c.topology, c, world, "/topology"));
+  phases.push_back(phase(0, false, c.topology, c, world, "/topology", hosts_topology));
   std::size_t begin = 0;
   int index = 0;
   const std::string& s = c.topology_schedule;
@@ -86,7 +99,8 @@ std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world) {
       fail(Code::invalid_argument, field + ": not a number before '='");
     }
     if (!(at > 0)) fail(Code::invalid_argument, field + ": must start after the first round");
-    phases.push_back(phase(at, unit == "epoch", entry.substr(eq + 1), c, world, field));
+    phases.push_back(
+        phase(at, unit == "epoch", entry.substr(eq + 1), c, world, field, hosts_topology));
     begin = end + 1;
     ++index;
   }

@@ -10,8 +10,10 @@
 namespace dpg::app {
 
 // The first phase is `topology` from the start; "epoch:5=exponential,step:300=ring" adds one
-// phase per entry. Errors name the field and the entry at fault.
-std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world);
+// phase per entry. A graph named "hosts" is the hosts file's `topology`: a kind name or a JSON
+// graph (`hosts_topology`, null when the file has none). Errors name the field and the entry.
+std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world,
+                                              const Json& hosts_topology = Json());
 
 // Every peer `rank` exchanges models with in any phase (ascending, without rank).
 std::vector<int> gossip_neighbours(const std::vector<train::GossipPhase>& phases, int rank);

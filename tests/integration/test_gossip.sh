@@ -55,6 +55,26 @@ assert rho["exponential"] < rho["ring"], rho
 assert swap["topology"] == "exponential"
 ' "$work/ring.json" "$work/swap.json" "$work/ring.jsonl" "$work/swap.jsonl"
 
+# The graph may come from the hosts file (--topology hosts): here a ring of 4 with one chord.
+write_local_hosts 4 "$work/hosts4.json"
+py '
+import json, sys
+h = json.load(open(sys.argv[1]))
+h["topology"] = {"peers": 4, "edges": [[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]]}
+json.dump(h, open(sys.argv[1], "w"))
+json.dump(h["topology"], open(sys.argv[2], "w"))
+' "$work/hosts4.json" "$work/chord.json"
+"$bin" launch --hosts "$work/hosts4.json" -- train --algo gossip --topology hosts --epochs 1 \
+  "${common[@]}" --metrics "" >"$work/hosts.json.out" 2>"$work/hosts.log"
+"$bin" topology --from "$work/chord.json" --json >"$work/chord.out"
+py '
+import json, sys
+run = json.loads([l.split("] ", 1)[-1] for l in open(sys.argv[1]) if "{" in l][-1])
+graph = json.load(open(sys.argv[2]))
+assert run["topology"] == "hosts" and run["peers"] == 4, run["topology"]
+assert abs(run["rho"] - graph["rho"]) < 1e-12, (run["rho"], graph["rho"])
+' "$work/hosts.json.out" "$work/chord.out"
+
 # Bad settings are refused before anything trains, naming the field.
 expect_error() {
   local pattern=$1
@@ -71,5 +91,7 @@ expect_error 'topology_schedule: entry 0 "epoch:x=ring"' --algo gossip \
   --topology-schedule epoch:x=ring --hosts "$work/hosts2.json" --rank 0
 echo '{"peers": 3, "edges": [[0, 1], [1, 2]]}' >"$work/three.json"
 expect_error 'has 3 peers, the run has 2' --algo gossip --topology "$work/three.json" \
+  --hosts "$work/hosts2.json" --rank 0
+expect_error "the run has no hosts file with a \"topology\"" --algo gossip --topology hosts \
   --hosts "$work/hosts2.json" --rank 0
 echo "ok"
