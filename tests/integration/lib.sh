@@ -27,3 +27,29 @@ fmnist_work() {
   trap 'rm -rf "$work"' EXIT
   "$1" prepare --out "$work/data" >/dev/null
 }
+
+# Checks that report and go on: fail counts, finish ends the script with the verdict.
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+# finish NAME: exit 1 when a check failed, else say that NAME passed.
+finish() {
+  if ((failures > 0)); then
+    echo "$1: $failures check(s) failed" >&2
+    exit 1
+  fi
+  echo "$1: all checks passed"
+}
+# expect_error WANT CMD...: CMD must exit non-zero with WANT (a fixed string) in its stderr.
+expect_error() {
+  local want="$1" err rc=0
+  shift
+  err=$("$@" 2>&1 >/dev/null) || rc=$?
+  if [[ $rc == 0 ]]; then
+    fail "$* succeeded; want an error with '$want'"
+  elif ! grep -qF -- "$want" <<<"$err"; then
+    fail "$*: error does not mention '$want': $err"
+  fi
+}

@@ -4,31 +4,13 @@
 # (train does not take --hosts/--rank yet; `--version` is a command every peer accepts.)
 # Usage: test_launch.sh path/to/dpgossip
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 exe="$1"
-failures=0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export TMPDIR="$work/tmp"  # where launch --peers puts its hosts file
 mkdir -p "$TMPDIR"
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-
-# expect_error WANT ARGS...: dpgossip ARGS must exit non-zero with WANT in its stderr.
-expect_error() {
-  local want="$1"
-  shift
-  local err rc=0
-  err=$("$exe" "$@" 2>&1 >/dev/null) || rc=$?
-  if [[ $rc == 0 ]]; then
-    fail "dpgossip $* succeeded; want an error with '$want'"
-  elif ! grep -qF -- "$want" <<<"$err"; then
-    fail "dpgossip $*: error does not mention '$want': $err"
-  fi
-}
 
 # --peers N: every peer runs, each stdout line is prefixed with its rank, the temp folder goes.
 out=$("$exe" launch --peers 3 -- --version 2>"$work/err") || fail "launch --peers 3 -- --version: exit $?"
@@ -57,29 +39,25 @@ grep -Eq "rank [01] failed: exited with code $rc" "$work/err" ||
   fail "no 'rank N failed: exited with code $rc': $(cat "$work/err")"
 
 # Bad hosts files: the message names the file (and the JSON path).
-expect_error "$work/missing.json" launch --hosts "$work/missing.json" -- --version
+expect_error "$work/missing.json" "$exe" launch --hosts "$work/missing.json" -- --version
 echo '{"peers": [' >"$work/broken.json"
-expect_error "$work/broken.json" launch --hosts "$work/broken.json" -- --version
+expect_error "$work/broken.json" "$exe" launch --hosts "$work/broken.json" -- --version
 echo '{"peers": [{"rank": 0, "host": "127.0.0.1"}]}' >"$work/noport.json"
-expect_error "$work/noport.json: peers[0].port: missing" launch --hosts "$work/noport.json" -- --version
+expect_error "$work/noport.json: peers[0].port: missing" "$exe" launch --hosts "$work/noport.json" -- --version
 echo '{"peers": [{"rank": 0, "host": "127.0.0.1", "port": 1}, {"rank": 0, "host": "127.0.0.1", "port": 2}]}' \
   >"$work/dup.json"
-expect_error "duplicate rank 0 (peers[0] and peers[1])" launch --hosts "$work/dup.json" -- --version
+expect_error "duplicate rank 0 (peers[0] and peers[1])" "$exe" launch --hosts "$work/dup.json" -- --version
 echo '{"peers": [{"rank": 0, "host": "192.0.2.1", "port": 1}]}' >"$work/remote.json"
-expect_error "$work/remote.json: no peer is on this machine" launch --hosts "$work/remote.json" -- --version
+expect_error "$work/remote.json: no peer is on this machine" "$exe" launch --hosts "$work/remote.json" -- --version
 
 # Bad flags.
-expect_error "exactly one of --hosts FILE and --peers N" launch --hosts "$work/mixed.json" --peers 2 -- --version
-expect_error "exactly one of --hosts FILE and --peers N" launch -- --version
-expect_error "no command after --" launch --peers 2 --
-expect_error "no command after --" launch --peers 2
-expect_error "--peers must be in" launch --peers 0 -- --version
-expect_error "--grace-s" launch --peers 1 --grace-s -1 -- --version
-expect_error "--rank" launch --peers 2 -- train --rank 1
-expect_error "drop --hosts" launch --peers 2 -- train --hosts "$work/mixed.json"
+expect_error "exactly one of --hosts FILE and --peers N" "$exe" launch --hosts "$work/mixed.json" --peers 2 -- --version
+expect_error "exactly one of --hosts FILE and --peers N" "$exe" launch -- --version
+expect_error "no command after --" "$exe" launch --peers 2 --
+expect_error "no command after --" "$exe" launch --peers 2
+expect_error "--peers must be in" "$exe" launch --peers 0 -- --version
+expect_error "--grace-s" "$exe" launch --peers 1 --grace-s -1 -- --version
+expect_error "--rank" "$exe" launch --peers 2 -- train --rank 1
+expect_error "drop --hosts" "$exe" launch --peers 2 -- train --hosts "$work/mixed.json"
 
-if ((failures > 0)); then
-  echo "$failures launch check(s) failed" >&2
-  exit 1
-fi
-echo "launch: all checks passed"
+finish "launch"

@@ -3,15 +3,10 @@
 # --target-epsilon, and bad flags that must fail with a message naming the flag.
 # Usage: test_privacy.sh path/to/dpgossip
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 exe="$1"
 py=/usr/bin/python3
-failures=0
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
 
 # json_get JSON KEY -> the value of KEY, or exits non-zero if JSON does not parse or lacks it.
 json_get() {
@@ -51,35 +46,19 @@ sigma=$(json_get "$out" noise_multiplier)
   fail "calibrated epsilon above target: $out"
 [[ $(json_get "$out" target_epsilon) == 8.0 ]] || fail "target_epsilon missing from $out"
 
-# Bad flags: non-zero exit and a message naming the flag.
-expect_error() {
-  local flag="$1"
-  shift
-  local err rc=0
-  err=$("$exe" privacy "$@" 2>&1 >/dev/null) || rc=$?
-  if [[ $rc == 0 ]]; then
-    fail "exit 0 for: $*"
-  elif ! grep -q -- "$flag" <<<"$err"; then
-    fail "message for '$*' does not name $flag: $err"
-  fi
-}
-expect_error --sample-rate --sample-rate 0 --noise-multiplier 1 --steps 10 --delta 1e-5
-expect_error --sample-rate --sample-rate 1.5 --noise-multiplier 1 --steps 10 --delta 1e-5
-expect_error --epochs --sample-rate 0.1 --noise-multiplier 1 --steps 10 --epochs 3 --delta 1e-5
-expect_error --delta --sample-rate 0.1 --noise-multiplier 1 --steps 10
-expect_error --delta --sample-rate 0.1 --noise-multiplier 1 --steps 10 --delta 1
-expect_error --noise-multiplier --sample-rate 0.1 --noise-multiplier 0 --steps 10 --delta 1e-5
-expect_error --target-epsilon --sample-rate 0.1 --noise-multiplier 1 --target-epsilon 3 \
+expect_error --sample-rate "$exe" privacy --sample-rate 0 --noise-multiplier 1 --steps 10 --delta 1e-5
+expect_error --sample-rate "$exe" privacy --sample-rate 1.5 --noise-multiplier 1 --steps 10 --delta 1e-5
+expect_error --epochs "$exe" privacy --sample-rate 0.1 --noise-multiplier 1 --steps 10 --epochs 3 --delta 1e-5
+expect_error --delta "$exe" privacy --sample-rate 0.1 --noise-multiplier 1 --steps 10
+expect_error --delta "$exe" privacy --sample-rate 0.1 --noise-multiplier 1 --steps 10 --delta 1
+expect_error --noise-multiplier "$exe" privacy --sample-rate 0.1 --noise-multiplier 0 --steps 10 --delta 1e-5
+expect_error --target-epsilon "$exe" privacy --sample-rate 0.1 --noise-multiplier 1 --target-epsilon 3 \
   --steps 10 --delta 1e-5
-expect_error --steps --sample-rate 0.1 --noise-multiplier 1 --steps 0 --delta 1e-5
-expect_error --target-epsilon --sample-rate 0.01 --target-epsilon 0.01 --steps 100 --delta 1e-5
+expect_error --steps "$exe" privacy --sample-rate 0.1 --noise-multiplier 1 --steps 0 --delta 1e-5
+expect_error --target-epsilon "$exe" privacy --sample-rate 0.01 --target-epsilon 0.01 --steps 100 --delta 1e-5
 
 # A best order at the edge of the grid is reported with a warning on stderr.
 err=$(env -u DPG_LOG "$exe" privacy --sample-rate 0.001 --noise-multiplier 5 --steps 10 --delta 1e-5 2>&1 >/dev/null)
 grep -q "edge of the order grid" <<<"$err" || fail "no grid-edge warning: $err"
 
-if ((failures > 0)); then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "privacy CLI: all checks passed"
+finish "privacy CLI"

@@ -3,17 +3,12 @@
 # read with --from, and bad input that must fail with a message naming the file and JSON path.
 # Usage: test_topology.sh path/to/dpgossip
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 exe="$1"
 py=/usr/bin/python3
-failures=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
 
 # json_get JSON KEY -> the value of KEY, or exits non-zero if JSON does not parse or lacks it.
 json_get() {
@@ -67,33 +62,17 @@ out=$("$exe" topology --from "$tmp/rounds.json" --json)
 [[ $(json_get "$out" period) == 2 && $(json_get "$out" rounds_1000x) == 2.0 ]] ||
   fail "--from rounds.json: $out"
 
-# Bad input: non-zero exit and a message naming what is wrong.
-expect_error() {
-  local want="$1"
-  shift
-  local err rc=0
-  err=$("$exe" topology "$@" 2>&1 >/dev/null) || rc=$?
-  if [[ $rc == 0 ]]; then
-    fail "exit 0 for: $*"
-  elif ! grep -qF -- "$want" <<<"$err"; then
-    fail "message for '$*' lacks '$want': $err"
-  fi
-}
 cat >"$tmp/bad.json" <<'JSON'
 {"peers": 8, "edges": [[0, 1], [1, 2], [2, 3], [3, 9]]}
 JSON
-expect_error "$tmp/bad.json: /edges/3/1: peer 9 out of range for 8 peers" --from "$tmp/bad.json"
+expect_error "$tmp/bad.json: /edges/3/1: peer 9 out of range for 8 peers" "$exe" topology --from "$tmp/bad.json"
 echo '{"peers": 8,' >"$tmp/broken.json"
-expect_error "$tmp/broken.json" --from "$tmp/broken.json"
-expect_error "$tmp/missing.json" --from "$tmp/missing.json"
-expect_error "ring, torus, hypercube" --kind mesh --peers 8
-expect_error "power of two, got 12" --kind hypercube --peers 12
-expect_error "column 0" --kind star --peers 8 --weights uniform
-expect_error "--kind and --from" --peers 8
-expect_error "--degree" --kind ring --peers 8 --degree 3
+expect_error "$tmp/broken.json" "$exe" topology --from "$tmp/broken.json"
+expect_error "$tmp/missing.json" "$exe" topology --from "$tmp/missing.json"
+expect_error "ring, torus, hypercube" "$exe" topology --kind mesh --peers 8
+expect_error "power of two, got 12" "$exe" topology --kind hypercube --peers 12
+expect_error "column 0" "$exe" topology --kind star --peers 8 --weights uniform
+expect_error "--kind and --from" "$exe" topology --peers 8
+expect_error "--degree" "$exe" topology --kind ring --peers 8 --degree 3
 
-if ((failures > 0)); then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "topology CLI: all checks passed"
+finish "topology CLI"
