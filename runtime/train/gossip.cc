@@ -10,23 +10,12 @@ namespace dpg::train {
 topology::Schedule make_schedule(const std::vector<GossipPhase>& phases, double steps_per_epoch) {
   std::vector<topology::Schedule::Phase> out;
   for (const auto& p : phases) {
-    topology::Schedule::Phase s;
-    s.start_round = p.in_epochs
-                        ? static_cast<long long>(std::ceil(p.at * steps_per_epoch - 1e-9))
-                        : static_cast<long long>(std::llround(p.at));
-    s.label = p.label;
-    s.period = p.period;
-    s.spectrum = s.period.size() == 1 ? topology::analyse(s.period[0])
-                                      : topology::analyse_period(s.period);
-    if (!out.empty() && s.start_round <= out.back().start_round) {
-      fail(Code::invalid_argument,
-           "topology_schedule: \"" + p.label + "\" starts at round " +
-               std::to_string(s.start_round) + ", not after \"" + out.back().label +
-               "\" at round " + std::to_string(out.back().start_round));
-    }
-    out.push_back(std::move(s));
+    const long long start = p.in_epochs
+                                ? static_cast<long long>(std::ceil(p.at * steps_per_epoch - 1e-9))
+                                : static_cast<long long>(std::llround(p.at));
+    out.push_back(topology::Schedule::phase(start, p.label, p.period));
   }
-  return topology::Schedule(std::move(out));
+  return topology::Schedule(std::move(out));  // checks that the phases start in order
 }
 
 Gossip::Gossip(net::Transport& transport, topology::Schedule schedule, std::size_t num_params,

@@ -151,4 +151,11 @@ TEST_CASE("a schedule switches graphs at the round an epoch boundary falls on") 
   CHECK(s.phase_at(29).label == "ring");
   CHECK(s.phase_at(30).label == "exponential");
   CHECK(s.phases()[1].spectrum.rho < s.phases()[0].spectrum.rho);
+
+  auto earlier = one_phase("ring", 8)[0];  // epoch 1 after epoch 2: refused, naming the phase
+  earlier.at = 1;
+  earlier.in_epochs = true;
+  phases.push_back(earlier);
+  CHECK_THROWS_WITH_AS(train::make_schedule(phases, 14.65),
+                       doctest::Contains("phase 2 (ring) starts at round 15"), Error);
 }
