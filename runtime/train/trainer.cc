@@ -296,7 +296,6 @@ void Trainer::release(RunState& s, std::span<const float> mine) const {
 void Trainer::evaluate_peers(RunState& s, std::span<const float> own, std::size_t rows,
                              std::vector<double>& accuracy, std::vector<double>& loss) const {
   rows = std::min(rows, data_.test.rows);
-  std::copy(s.released.params().begin(), s.released.params().end(), s.scratch.begin());
   std::copy(own.begin(), own.end(), s.released.params().begin());
   const auto ev = s.released.evaluate(
       std::span<const float>(data_.test.features).first(rows * data_.test.cols),
@@ -313,7 +312,6 @@ void Trainer::evaluate_peers(RunState& s, std::span<const float> own, std::size_
     accuracy.push_back(v[2 * j]);
     loss.push_back(v[2 * j + 1]);
   }
-  std::copy(s.scratch.begin(), s.scratch.end(), s.released.params().begin());
 }
 
 ConsensusReport Trainer::consensus(RunState& s, long long round, bool eval) const {

@@ -110,7 +110,7 @@ class Trainer {
   void step(RunState& s, long long t, EpochTotals& totals, TrainSummary& summary) const;
   EpochReport evaluate_epoch(RunState& s, int epoch, long long t, const EpochTotals& totals) const;
   // gossip: `own` (this peer's model) on the first `rows` test rows, gathered on every peer as
-  // (accuracy, loss) lists.
+  // (accuracy, loss) lists. Uses s.released as its scratch model.
   void evaluate_peers(RunState& s, std::span<const float> own, std::size_t rows,
                       std::vector<double>& accuracy, std::vector<double>& loss) const;
   // gossip: the consensus distance, and with `eval` the K-step evaluation of the models.
