@@ -68,7 +68,7 @@ std::optional<FrameHeader> decode_header(const HeaderBytes& in, std::string& why
   if (!check_magic(in, kFrameMagic, "frame", why)) return std::nullopt;
   FrameHeader h;
   uint16_t kind = get<uint16_t>(in, 6);
-  if (kind < 1 || kind > 3) {
+  if (kind < 1 || kind > 4) {
     why = "frame of unknown kind " + std::to_string(kind);
     return std::nullopt;
   }

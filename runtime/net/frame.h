@@ -7,7 +7,8 @@
 //
 // kind data carries a message for a posted receive; abort carries this peer's failure (text, at
 // most kMaxAbortBytes) so that peers further away learn the root cause; bye says the sender has
-// finished and will send nothing more, so that its closing the connection is not an error.
+// finished and will send nothing more, so that its closing the connection is not an error;
+// heartbeat (no payload) says the sender's process is alive while it has nothing else to send.
 #pragma once
 
 #include <array>
@@ -22,11 +23,11 @@ namespace dpg::net {
 
 inline constexpr uint32_t kHelloMagic = 0x48475044;  // "DPGH"
 inline constexpr uint32_t kFrameMagic = 0x4d475044;  // "DPGM"
-inline constexpr uint16_t kWireVersion = 1;
+inline constexpr uint16_t kWireVersion = 2;
 inline constexpr std::size_t kHeaderBytes = 32;
 inline constexpr std::size_t kMaxAbortBytes = 4096;
 
-enum class FrameKind : uint16_t { data = 1, abort = 2, bye = 3 };
+enum class FrameKind : uint16_t { data = 1, abort = 2, bye = 3, heartbeat = 4 };
 
 struct Hello {
   int rank = 0;

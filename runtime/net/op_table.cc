@@ -2,7 +2,9 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <sstream>
+#include <utility>
 
 namespace dpg::net {
 namespace {
@@ -75,6 +77,11 @@ void OpTable::wait(Handle h, const Driver* drive) {
   }
   OpSlot& s = slot(h.slot);
   auto is_done = [&] { return s.state.load(std::memory_order_acquire) == OpSlot::done; };
+  struct Inside {
+    std::atomic<int>& n;
+    explicit Inside(std::atomic<int>& count) : n(count) { n.fetch_add(1, std::memory_order_relaxed); }
+    ~Inside() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } inside(waiting_);
   // Short spin first: with more peers than cores the message usually lands within a few
   // microseconds, and yielding keeps the core for whoever has work.
   const auto spin_end = Clock::now() + std::chrono::microseconds(spin_us_);
@@ -82,29 +89,59 @@ void OpTable::wait(Handle h, const Driver* drive) {
     if (drive) (*drive)(spin_end, false);
     if (!is_done()) sched_yield();
   }
-  const auto deadline = s.posted + timeout_;
+  // Blocks in steps of at most 100 ms, so that a wait past its deadline rechecks its peer.
+  auto step_end = [&] {
+    const auto now = Clock::now();
+    const auto deadline = s.posted + timeout_;
+    return now < deadline ? std::min(deadline, now + std::chrono::milliseconds(100))
+                          : now + std::chrono::milliseconds(100);
+  };
+  std::string failure;
+  auto give_up = [&] {
+    if (Clock::now() < s.posted + timeout_) return false;
+    failure = expired(s);
+    return !failure.empty();
+  };
   if (drive) {
-    while (!is_done() && !poisoned() && Clock::now() < deadline) {
-      (*drive)(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)), true);
-    }
+    while (!is_done() && !poisoned() && !give_up()) (*drive)(step_end(), true);
   }
-  if (!is_done() && !poisoned()) {
+  if (!is_done() && !poisoned() && failure.empty()) {
     std::unique_lock lock(wait_mu_);
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    while (!is_done() && !poisoned() && Clock::now() < deadline) {
-      wait_cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
-    }
+    while (!is_done() && !poisoned() && !give_up()) wait_cv_.wait_until(lock, step_end());
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-    lock.unlock();
-    if (!is_done() && !poisoned()) {
-      std::string message = "rank " + std::to_string(rank_) + ": " + describe(s) +
-                            " timed out after " + seconds_text(Clock::now() - s.posted);
-      poison(Code::deadline_exceeded, message);
-      throw Error(Code::deadline_exceeded, message);
-    }
+  }
+  if (!is_done() && !poisoned() && !failure.empty()) {
+    poison(Code::deadline_exceeded, failure);
+    throw Error(Code::deadline_exceeded, failure);
   }
   if (!is_done()) rethrow(describe(s));
   release(h.slot);
+}
+
+void OpTable::watch(Liveness liveness, Clock::duration silence) {
+  liveness_ = std::move(liveness);
+  silence_ = silence;
+}
+
+std::string OpTable::expired(const OpSlot& s) const {
+  const auto waited = Clock::now() - s.posted;
+  std::string message = "rank " + std::to_string(rank_) + ": " + describe(s) + " timed out after " +
+                        seconds_text(waited);
+  if (!liveness_) return message;
+  const std::string peer = "peer " + std::to_string(s.peer);
+  const PeerState p = liveness_(s.peer);
+  if (p.silent_for >= silence_) {
+    return message + ": " + peer + " is silent (nothing from it, not even a heartbeat, for " +
+           seconds_text(p.silent_for) + "): it stopped, hung, or was busy past the timeout";
+  }
+  if (!p.waiting) {
+    return message + ": " + peer + " is alive but not waiting on the network: its training " +
+           "is hung or was busy past the timeout";
+  }
+  if (waited < 2 * timeout_) return "";
+  return message + ": " + peer + " is alive and itself waiting, but this operation never " +
+         "completed within twice the timeout";
 }
 
 void OpTable::poison(Code code, const std::string& message) {

@@ -56,9 +56,26 @@ class OpTable {
   // Without a driver the waiter sleeps until another thread completes the slot.
   void wait(Handle handle, const Driver* drive = nullptr);
 
+  // What a transport knows of a peer's liveness: how long since anything (data or heartbeat)
+  // arrived from it, zero when it has data waiting for this peer; and whether, as of its last
+  // heartbeat, its own training thread was blocked in a wait.
+  struct PeerState {
+    std::chrono::steady_clock::duration silent_for{};
+    bool waiting = false;
+  };
+  // With liveness set, a wait past its timeout fails at once when its peer is silent for
+  // `silence` (stopped) or is alive but not waiting on the network (hung or busy), naming it. It
+  // goes on while its peer is alive and itself blocked in a wait, since that peer's own wait will
+  // time out on the peer that caused it and its abort will say so; at twice the timeout it fails
+  // in any case. Set before the first wait.
+  using Liveness = std::function<PeerState(int peer)>;
+  void watch(Liveness liveness, std::chrono::steady_clock::duration silence);
+
   // Stores the first failure (later ones are dropped) and wakes every waiter.
   void poison(Code code, const std::string& message);
   bool poisoned() const { return poisoned_.load(std::memory_order_acquire); }
+  // Whether a thread is inside wait() now (a peer's heartbeats tell it this).
+  bool waiting() const { return waiting_.load(std::memory_order_relaxed) > 0; }
   // Throws the stored failure: "rank R: <context> failed: <first failure>".
   [[noreturn]] void rethrow(const std::string& context) const;
   std::string failure() const;
@@ -73,9 +90,14 @@ class OpTable {
   static constexpr std::size_t kMaxChunks = 4096;
   void release(uint32_t index);
 
+  // Past the deadline: the message to fail with, or "" to keep waiting.
+  std::string expired(const OpSlot& s) const;
+
   int rank_;
   std::chrono::milliseconds timeout_;
   int spin_us_;
+  Liveness liveness_;
+  std::chrono::steady_clock::duration silence_{};
   std::mutex alloc_mu_;
   std::vector<uint32_t> free_;
   std::atomic<uint32_t> allocated_{0};
@@ -85,6 +107,7 @@ class OpTable {
   mutable std::mutex wait_mu_;
   std::condition_variable wait_cv_;
   std::atomic<int> sleepers_{0};
+  std::atomic<int> waiting_{0};
   std::atomic<bool> poisoned_{false};
   Code code_ = Code::internal;
   std::string message_;

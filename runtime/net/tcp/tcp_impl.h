@@ -1,10 +1,14 @@
 // Private to runtime/net/tcp: the state behind TcpTransport. Everything in Conn is touched only
-// by the I/O thread (or by the constructor before that thread starts).
+// by the I/O thread (or by the constructor before that thread starts), except the atomics, which
+// the waiting thread reads to tell a silent peer from a busy one.
 #pragma once
 
 #include <utility>  // Boost 1.74's Asio needs std::exchange declared first under g++ 12
 
 #include <boost/asio.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,7 +35,12 @@ struct Conn {
   uint32_t recv_head = kNone, recv_tail = kNone;
   std::vector<char> abort_text;
   bool bye_received = false;
-  bool eof = false;
+  std::atomic<bool> eof{false};
+  // Liveness: when anything (data, heartbeat, control) last arrived, in steady-clock ticks, and
+  // whether a header waits for a receive not posted yet (then the peer is ahead, not silent).
+  std::atomic<int64_t> heard{0};
+  std::atomic<bool> parked_now{false};
+  std::atomic<bool> peer_waiting{false};  // its training thread was in a wait at its last beat
   // Writer: posted sends in order, and one control frame (bye or abort) to go after them.
   uint32_t send_head = kNone, send_tail = kNone;
   bool writing = false;
@@ -39,6 +48,8 @@ struct Conn {
   std::string control_payload;
   bool control_pending = false;
   bool control_sent = false;
+  HeaderBytes beat_header{};
+  bool beat_pending = false;
 };
 
 struct TcpTransport::Impl {
@@ -53,6 +64,16 @@ struct TcpTransport::Impl {
   std::thread thread;  // runs io when options.progress_thread
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   OpTable::Driver driver;  // runs io on the waiting thread otherwise
+  // Heartbeats: every beat_every each idle connection gets a heartbeat frame (tag.op 1 when this
+  // peer's training thread is in a wait, else 0), so that a peer silent for `silence` is known to
+  // have stopped (or, without the progress thread, to be away from the network that long), and a
+  // live one is known to be blocked on someone else or not.
+  asio::steady_timer beat_timer{io};
+  std::chrono::steady_clock::duration beat_every{};
+  std::chrono::steady_clock::duration silence{};
+  void schedule_beat();
+  static void heard_from(Conn& c);
+  OpTable::PeerState liveness(int peer) const;
 
   // Runs fn on the I/O side: posted to the I/O thread, or called right here.
   template <typename F>

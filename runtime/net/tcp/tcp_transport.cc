@@ -2,6 +2,7 @@
 // thread only posts operations and waits on their slots.
 #include "runtime/net/tcp/tcp_transport.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <future>
@@ -37,6 +38,40 @@ TcpTransport::Impl::Impl(int r, int w, TcpOptions o)
       io.poll();
     }
   };
+  beat_every = std::clamp<Clock::duration>(o.timeout / 8, std::chrono::milliseconds(5),
+                                           std::chrono::seconds(1));
+  silence = o.timeout / 2;
+  ops.watch([this](int peer) { return liveness(peer); }, silence);
+}
+
+// ---- liveness ----
+
+void TcpTransport::Impl::heard_from(Conn& c) {
+  c.heard.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+}
+
+OpTable::PeerState TcpTransport::Impl::liveness(int peer) const {
+  OpTable::PeerState p;
+  if (peer < 0 || peer >= world || !conns[peer]) return p;
+  const Conn& c = *conns[peer];
+  p.waiting = c.peer_waiting.load(std::memory_order_relaxed);
+  if (c.parked_now.load(std::memory_order_relaxed)) return p;
+  p.silent_for =
+      Clock::now() - Clock::time_point(Clock::duration(c.heard.load(std::memory_order_relaxed)));
+  return p;
+}
+
+void TcpTransport::Impl::schedule_beat() {
+  beat_timer.expires_after(beat_every);
+  beat_timer.async_wait([this](error_code ec) {
+    if (ec || ops.poisoned()) return;
+    for (auto& c : conns) {
+      if (!c || c->writing || c->control_pending || c->eof) continue;
+      c->beat_pending = true;
+      start_write(*c);
+    }
+    schedule_beat();
+  });
 }
 
 Conn& TcpTransport::Impl::conn_for(int peer, const char* what) {
@@ -72,6 +107,18 @@ void TcpTransport::Impl::start_write(Conn& c) {
     });
     return;
   }
+  if (c.beat_pending && !c.control_pending) {
+    c.beat_pending = false;
+    c.writing = true;
+    encode_header(FrameHeader{FrameKind::heartbeat, Tag{ops.waiting() ? 1u : 0u, 0, 0}, 0},
+                  c.beat_header);
+    asio::async_write(c.socket, asio::buffer(c.beat_header), [this, &c](error_code ec, std::size_t) {
+      c.writing = false;
+      if (ec) return lost(c, "sending", ec);
+      start_write(c);
+    });
+    return;
+  }
   if (c.control_pending && !c.control_sent) {
     c.writing = true;
     std::array<asio::const_buffer, 2> bufs = {asio::buffer(c.control_header),
@@ -95,6 +142,7 @@ void TcpTransport::Impl::enqueue_recv(uint32_t index) {
 void TcpTransport::Impl::read_header(Conn& c) {
   asio::async_read(c.socket, asio::buffer(c.in_header), [this, &c](error_code ec, std::size_t) {
     if (ec) return lost(c, "receiving", ec);
+    heard_from(c);
     on_header(c);
   });
 }
@@ -128,6 +176,9 @@ void TcpTransport::Impl::on_header(Conn& c) {
       });
       return;
     }
+    case FrameKind::heartbeat:
+      c.peer_waiting.store(h->tag.op == 1, std::memory_order_relaxed);
+      return read_header(c);
     case FrameKind::data:
       c.parked = *h;
       return match(c);
@@ -144,6 +195,7 @@ void TcpTransport::Impl::match(Conn& c) {
     prev = i;
     i = ops.slot(i).next;
   }
+  c.parked_now.store(i == kNone, std::memory_order_relaxed);
   if (i == kNone) return;
   OpSlot& s = ops.slot(i);
   if (h.length != s.size) {
@@ -158,6 +210,7 @@ void TcpTransport::Impl::match(Conn& c) {
   asio::async_read(c.socket, asio::buffer(s.data, s.size),
                    [this, &c, i](error_code ec, std::size_t) {
                      if (ec) return lost(c, "receiving", ec);
+                     heard_from(c);
                      ops.complete(i);
                      read_header(c);
                    });
@@ -201,18 +254,18 @@ std::string TcpTransport::Impl::gather_reports(const std::string& own) {
   std::string message = own;
   std::lock_guard lock(reports_mu);
   for (const auto& r : reports) message += "\n  " + r;
-  // A peer that neither reported nor closed its connection is the likely cause: stopped or hung.
+  // A peer that has sent nothing, not even a heartbeat, for `silence` is the likely cause.
   std::string silent;
   for (auto& c : conns) {
-    if (!c || options.progress_thread) continue;  // Conn belongs to the I/O thread then
-    const std::string tag = "peer " + std::to_string(c->peer) + " reports:";
-    bool reported = false;
-    for (const auto& r : reports) reported = reported || r.rfind(tag, 0) == 0;
-    if (!reported && !c->eof) silent += (silent.empty() ? "" : ", ") + std::to_string(c->peer);
+    if (!c || c->eof) continue;
+    const auto quiet = liveness(c->peer).silent_for;
+    if (quiet < silence) continue;
+    silent += (silent.empty() ? "" : ", ") + std::to_string(c->peer) + " (nothing for " +
+              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count()) +
+              " ms)";
   }
-  if (!silent.empty() && !reports.empty()) {
-    message += "\n  silent: peer " + silent +
-               " sent no report; stopped or hung (the likely cause)";
+  if (!silent.empty()) {
+    message += "\n  silent: peer " + silent + "; stopped or hung (the likely cause)";
   }
   return message;
 }
@@ -287,8 +340,11 @@ TcpTransport::TcpTransport(const HostsFile& hosts, int rank, const std::vector<i
   }
   impl_->connect_all(hosts, peers);
   for (auto& c : impl_->conns) {
-    if (c) impl_->read_header(*c);
+    if (!c) continue;
+    Impl::heard_from(*c);
+    impl_->read_header(*c);
   }
+  impl_->schedule_beat();
   impl_->work.emplace(asio::make_work_guard(impl_->io));
   if (!impl_->options.progress_thread) return;
   impl_->thread = std::thread([impl = impl_.get()] {

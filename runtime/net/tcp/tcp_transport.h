@@ -14,7 +14,7 @@
 namespace dpg::net {
 
 struct TcpOptions {
-  std::chrono::milliseconds timeout{30000};          // every wait, from when the op was posted
+  std::chrono::milliseconds timeout{30000};  // every wait, from when the op was posted (x2 at most)
   std::chrono::milliseconds connect_timeout{30000};  // the whole connection set-up
   uint64_t config_hash = 0;         // peers with different hashes refuse to connect
   int socket_buffer_bytes = 0;      // SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning

@@ -147,3 +147,51 @@ TEST_CASE("a peer that stops early makes the others fail at once, naming it") {
     CHECK(errors[r].find("peer 1") != std::string::npos);
   }
 }
+
+TEST_CASE("a stalled peer is named two hops away: a wait on a live peer outlasts its timeout") {
+  // A chain 0 - 1 - 2 (0 is not connected to 2). Rank 0 waits on rank 1 first, so its deadline
+  // passes first; rank 1 waits on rank 2, which sleeps outside any wait. Rank 0 must not give up
+  // on rank 1, which is alive and waiting; rank 1 names rank 2, and rank 0 hears why.
+  for (bool thread : {false, true}) {
+    CAPTURE(thread);
+    HostsFile hosts = dpg::net::local_hosts(3);
+    TcpOptions o;
+    o.timeout = 1000ms;
+    o.progress_thread = thread;
+    const std::vector<std::vector<int>> peers = {{1}, {0, 2}, {1}};
+    std::vector<std::string> errors(3);
+    std::vector<std::thread> threads;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < 3; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          TcpTransport t(hosts, r, peers[r], o);
+          std::vector<std::byte> buf(64);
+          const dpg::net::Tag tag{7, 1, 0};
+          if (r == 0) t.wait(t.recv(1, tag, buf));
+          if (r == 1) {
+            std::this_thread::sleep_for(200ms);
+            t.wait(t.recv(2, tag, buf));
+            t.wait(t.send(0, tag, buf));
+          }
+          if (r == 2) std::this_thread::sleep_for(3000ms);
+        } catch (const dpg::Error& e) {
+          errors[r] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    CHECK(std::chrono::steady_clock::now() - t0 < 8s);
+    CAPTURE(errors[0]);
+    CAPTURE(errors[1]);
+    if (!thread) {
+      // Rank 2 ran no I/O: silent. Both messages name it as such.
+      CHECK(errors[1].find("peer 2 is silent") != std::string::npos);
+      CHECK(errors[0].find("peer 2 is silent") != std::string::npos);
+    } else {
+      // Rank 2's I/O thread kept beating, but its training thread never waited: hung or busy.
+      CHECK(errors[1].find("peer 2 is alive but not waiting") != std::string::npos);
+      CHECK(errors[0].find("peer 2 is alive but not waiting") != std::string::npos);
+    }
+  }
+}
