@@ -1,12 +1,12 @@
 #include "apps/gossip_setup.h"
 
 #include <algorithm>
-#include <set>
 #include <string>
 
 #include "runtime/core/error.h"
 #include "runtime/core/json_io.h"
 #include "topology/generators.h"
+#include "topology/schedule.h"
 
 namespace dpg::app {
 namespace {
@@ -108,15 +108,12 @@ std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world,
 }
 
 std::vector<int> gossip_neighbours(const std::vector<train::GossipPhase>& phases, int rank) {
-  std::set<int> peers;
+  // Only the graphs matter here, not when each starts: number the phases in their order.
+  std::vector<topology::Schedule::Phase> all;
   for (const auto& p : phases) {
-    for (const auto& w : p.period) {
-      const auto nb = w.neighbourhood(rank);
-      peers.insert(nb.recv_from.begin(), nb.recv_from.end());
-      peers.insert(nb.send_to.begin(), nb.send_to.end());
-    }
+    all.push_back(topology::Schedule::phase(static_cast<long long>(all.size()), p.label, p.period));
   }
-  return {peers.begin(), peers.end()};
+  return topology::Schedule(std::move(all)).peers_of(rank);
 }
 
 }  // namespace dpg::app
