@@ -45,6 +45,7 @@ struct AllreduceBenchOptions {
   std::size_t segment_bytes = 256 * 1024;
   std::size_t small_bytes = collective::Options{}.small_bytes;
   std::size_t scratch_slots = collective::Options{}.scratch_slots;
+  std::size_t medium_bytes = collective::Options{}.medium_bytes;
   int socket_buffer_bytes = 0;
   int spin_us = 50;
   double timeout_s = 60;
@@ -82,11 +83,13 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   topt.timeout = std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000));
   topt.connect_timeout = topt.timeout;
   topt.config_hash = fnv1a64(o.sizes + "/" + std::to_string(o.segment_bytes) + "/" +
-                             std::to_string(o.small_bytes) + "/" + std::to_string(o.scratch_slots));
+                             std::to_string(o.small_bytes) + "/" + std::to_string(o.scratch_slots) +
+                             "/" + std::to_string(o.medium_bytes));
   topt.socket_buffer_bytes = o.socket_buffer_bytes;
   topt.spin_us = o.spin_us;
   topt.progress_thread = o.progress_thread;
-  const collective::Options copt{o.segment_bytes, o.small_bytes, o.scratch_slots};
+  const collective::Options copt{o.segment_bytes, o.small_bytes, o.scratch_slots,
+                                 o.medium_bytes};
   net::TcpTransport transport(hosts, rank, collective::peers_needed(rank, n, copt), topt);
   collective::Communicator comm(transport, copt);
 
@@ -153,6 +156,7 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o) {
                                    "--segment-bytes", std::to_string(o.segment_bytes),
                                    "--small-bytes", std::to_string(o.small_bytes),
                                    "--scratch-slots", std::to_string(o.scratch_slots),
+                                   "--medium-bytes", std::to_string(o.medium_bytes),
                                    "--socket-buffer-bytes", std::to_string(o.socket_buffer_bytes),
                                    "--spin-us", std::to_string(o.spin_us),
                                    "--timeout-s", timeout.str(), "--rows-out", rows_path};
@@ -254,6 +258,9 @@ void add_bench_allreduce(CLI::App& bench) {
                 "largest size for recursive doubling (power-of-two peers; 0: ring only)")
       ->capture_default_str();
   c->add_option("--scratch-slots", o->scratch_slots, "reduce-scatter receive buffers in flight")
+      ->capture_default_str();
+  c->add_option("--medium-bytes", o->medium_bytes,
+                "largest size for halving-doubling (power-of-two peers; 0: never)")
       ->capture_default_str();
   c->add_option("--socket-buffer-bytes", o->socket_buffer_bytes,
                 "SO_SNDBUF/SO_RCVBUF (0: kernel autotuning)")->capture_default_str();

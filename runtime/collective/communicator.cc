@@ -29,7 +29,7 @@ std::vector<int> peers_needed(int rank, int world, const Options& options) {
     add((rank + 1) % world);
     add((rank + world - 1) % world);
   }
-  if (options.small_bytes > 0 && power_of_two(world)) {
+  if ((options.small_bytes > 0 || options.medium_bytes > 0) && power_of_two(world)) {
     for (int k = 1; k < world; k <<= 1) add(rank ^ k);
   }
   return p;
@@ -45,8 +45,11 @@ void Communicator::allreduce(std::span<double> data, Reduce op) { allreduce_any(
 
 template <typename T>
 void Communicator::allreduce_any(std::span<T> data, Reduce op) {
-  if (data.size_bytes() <= options_.small_bytes && power_of_two(world())) {
+  const bool pow2 = power_of_two(world());
+  if (data.size_bytes() <= options_.small_bytes && pow2) {
     doubling_allreduce(data, op);
+  } else if (data.size_bytes() <= options_.medium_bytes && pow2) {
+    halving_doubling_allreduce(data, op);
   } else {
     ring_allreduce(data, op);
   }
@@ -82,6 +85,61 @@ void Communicator::doubling_allreduce(std::span<T> data, Reduce op) {
   if (op == Reduce::average) {
     const T inv_n = T(1) / static_cast<T>(n);
     for (auto& v : data) v *= inv_n;
+  }
+}
+
+// Halving-doubling on N = 2^m peers, with the buffer cut into N blocks as in the ring. The
+// reduce-scatter halves: at distance k = N/2, N/4, ..., 1 each peer keeps the half of its block
+// range on its side of bit k, sends the other half to rank xor k and adds that peer's copy of the
+// kept half; in the end peer r owns block r, summed by it alone. The all-gather doubles back
+// (k = 1, 2, ..., N/2), swapping owned ranges, so every peer holds each owner's bits.
+template <typename T>
+void Communicator::halving_doubling_allreduce(std::span<T> data, Reduce op) {
+  const int n = world();
+  const int r = rank();
+  const uint64_t round = next_round();
+  const std::size_t count = data.size();
+  if (n == 1 || count == 0) return;
+  auto at = [&](int b) { return count * static_cast<std::size_t>(b) / n; };  // block b's start
+  auto range = [&](int lo, int hi) {
+    return std::as_writable_bytes(data.subspan(at(lo), at(hi) - at(lo)));
+  };
+  scratch_.resize((count + 1) / 2 * sizeof(T));  // the largest half kept, at the first step
+  T* other = reinterpret_cast<T*>(scratch_.data());
+  uint32_t step = 0;
+  int lo = 0, hi = n;
+  for (int k = n / 2; k >= 1; k /= 2, ++step) {
+    const int partner = r ^ k, mid = (lo + hi) / 2;
+    const bool low_side = (r & k) == 0;
+    const int keep_lo = low_side ? lo : mid, keep_hi = low_side ? mid : hi;
+    const net::Tag tag{kOpAllreduce, round, step};
+    const std::size_t kept = at(keep_hi) - at(keep_lo);
+    net::Handle in = transport_.recv(partner, tag,
+                                     std::as_writable_bytes(std::span<T>(other, kept)));
+    net::Handle out = transport_.send(partner, tag, low_side ? range(mid, hi) : range(lo, mid));
+    transport_.wait(in);
+    T* mine = data.data() + at(keep_lo);
+    for (std::size_t i = 0; i < kept; ++i) mine[i] += other[i];
+    transport_.wait(out);
+    lo = keep_lo;
+    hi = keep_hi;
+  }
+  if (op == Reduce::average) {
+    const T inv_n = T(1) / static_cast<T>(n);
+    for (std::size_t i = at(r); i < at(r + 1); ++i) data[i] *= inv_n;
+  }
+  for (int k = 1; k < n; k *= 2, ++step) {
+    const int partner = r ^ k;
+    const bool low_side = (r & k) == 0;
+    const int width = hi - lo;
+    const int their_lo = low_side ? lo + width : lo - width;
+    const net::Tag tag{kOpAllreduce, round, step};
+    net::Handle in = transport_.recv(partner, tag, range(their_lo, their_lo + width));
+    net::Handle out = transport_.send(partner, tag, range(lo, hi));
+    transport_.wait(in);
+    transport_.wait(out);
+    lo = std::min(lo, their_lo);
+    hi = lo + 2 * width;
   }
 }
 

@@ -25,6 +25,10 @@ struct Options {
   // Reduce-scatter receives land in a ring of this many segment-sized buffers, small enough to
   // stay in cache, instead of a whole block: fewer trips to memory for large buffers.
   std::size_t scratch_slots = 4;
+  // Above small_bytes and up to this size, a power-of-two world uses halving-doubling
+  // (Rabenseifner): a reduce-scatter by recursive halving, then an all-gather by recursive
+  // doubling; the ring's bytes in 2 log2(N) steps instead of 2(N-1). 0: never.
+  std::size_t medium_bytes = 0;
 };
 
 // The peers a communicator of `world` with these options talks to: the ring neighbours, plus the
@@ -55,13 +59,16 @@ class Communicator {
   void barrier();
 
  private:
-  // Recursive doubling for small buffers on a power-of-two world, else the ring.
+  // Recursive doubling for small buffers on a power-of-two world, halving-doubling for medium
+  // ones there, else the ring.
   template <typename T>
   void allreduce_any(std::span<T> data, Reduce op);
   template <typename T>
   void ring_allreduce(std::span<T> data, Reduce op);
   template <typename T>
   void doubling_allreduce(std::span<T> data, Reduce op);
+  template <typename T>
+  void halving_doubling_allreduce(std::span<T> data, Reduce op);
   uint64_t next_round() { return round_++; }
 
   net::Transport& transport_;

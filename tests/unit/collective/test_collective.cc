@@ -75,8 +75,36 @@ TEST_CASE("ring all-reduce of rank-valued inputs sums to the closed form, any si
   }
 }
 
+TEST_CASE("halving-doubling all-reduce sums to the closed form on 1, 2, 4 and 8 peers") {
+  for (int n : {1, 2, 4, 8}) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t(n + 1),
+                              std::size_t{1000}, std::size_t{100003}}) {
+      CAPTURE(n);
+      CAPTURE(count);
+      std::vector<std::vector<float>> out(n);
+      run_world(n, Options{.small_bytes = 0, .medium_bytes = std::size_t{1} << 30},
+                [&](Communicator& c) {
+                  std::vector<float> v(count);
+                  for (std::size_t i = 0; i < count; ++i) v[i] = float(c.rank()) + float(i % 7);
+                  c.allreduce(v, Reduce::sum);
+                  c.allreduce(v, Reduce::average);  // a fresh round; exact, n is 2^k
+                  out[c.rank()] = v;
+                });
+      for (int r = 0; r < n; ++r) {
+        REQUIRE(out[r].size() == count);
+        for (std::size_t i = 0; i < count; ++i) {
+          REQUIRE(out[r][i] == float(n * (n - 1) / 2 + n * int(i % 7)));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("all-reduce average of random floats is bitwise identical on every peer") {
-  for (int n : {2, 3, 4, 6}) {
+  for (bool halving : {false, true}) {
+  for (int n : {2, 3, 4, 6, 8}) {
+    if (halving && (n & (n - 1)) != 0) continue;
+    CAPTURE(halving);
     std::vector<std::vector<double>> in(n), out(n);
     std::mt19937 gen(n);
     std::normal_distribution<double> normal;
@@ -84,7 +112,9 @@ TEST_CASE("all-reduce average of random floats is bitwise identical on every pee
       v.resize(4099);
       for (auto& x : v) x = normal(gen);
     }
-    run_world(n, Options{.segment_bytes = 64}, [&](Communicator& c) {
+    const Options o = halving ? Options{.small_bytes = 0, .medium_bytes = std::size_t{1} << 30}
+                              : Options{.segment_bytes = 64};
+    run_world(n, o, [&](Communicator& c) {
       auto v = in[c.rank()];
       c.allreduce(v, Reduce::average);
       out[c.rank()] = v;
@@ -98,6 +128,7 @@ TEST_CASE("all-reduce average of random floats is bitwise identical on every pee
     for (int r = 1; r < n; ++r) {
       REQUIRE(std::memcmp(out[r].data(), out[0].data(), out[0].size() * sizeof(double)) == 0);
     }
+  }
   }
 }
 
