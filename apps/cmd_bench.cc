@@ -18,6 +18,7 @@
 #include "runtime/core/json_io.h"
 #include "runtime/core/rng.h"
 #include "runtime/model/blas_threads.h"
+#include "runtime/model/gemm.h"
 #include "runtime/model/mlp.h"
 #include "runtime/train/gradient.h"
 #include "runtime/train/optimizer.h"
@@ -192,6 +193,7 @@ void run_step_bench(const StepBenchOptions& o) {
     const auto torch = torch_rows(o);
     rows.insert(rows.end(), torch.begin(), torch.end());
   }
+  if (!o.json) std::cout << "dpgossip's GEMMs run in " << model::gemm_library() << "\n";
   print_rows(rows, o.json);
   if (!o.json) print_ratios(rows, threads, o.baseline == "torch");
 }
