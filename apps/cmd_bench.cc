@@ -193,7 +193,13 @@ void run_step_bench(const StepBenchOptions& o) {
     const auto torch = torch_rows(o);
     rows.insert(rows.end(), torch.begin(), torch.end());
   }
-  if (!o.json) std::cout << "dpgossip's GEMMs run in " << model::gemm_library() << "\n";
+  if (!o.json) {
+    std::cout << "dpgossip's GEMMs:";
+    for (int t : threads) {
+      std::cout << (t == threads.front() ? " " : ", ") << model::gemm_library(t) << " at " << t << (t == 1 ? " thread" : " threads");
+    }
+    std::cout << "\n";
+  }
   print_rows(rows, o.json);
   if (!o.json) print_ratios(rows, threads, o.baseline == "torch");
 }

@@ -1,5 +1,7 @@
 #include "runtime/model/gemm.h"
 
+#include <cblas.h>
+
 #include "runtime/model/blas_threads.h"
 
 #if DPG_HAVE_DNNL
@@ -9,39 +11,30 @@
 #include <string>
 
 #include "runtime/core/error.h"
-#else
-#include <cblas.h>
 #endif
 
 namespace dpg::model {
 
+void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+           const float* b, int ldb, float beta, float* c, int ldc) {
 #if DPG_HAVE_DNNL
-
-void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-           const float* b, int ldb, float beta, float* c, int ldc) {
-  // oneDNN's sgemm runs on OpenMP's threads of the calling thread, whose count is per thread:
-  // follow the process-wide setting whichever thread calls.
-  const int threads = blas_threads();
-  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-  const dnnl_status_t s = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a,
-                                     lda, b, ldb, beta, c, ldc);
-  if (s != dnnl_success) {
-    fail(Code::internal, "sgemm: oneDNN failed with status " + std::to_string(static_cast<int>(s)));
+  if (blas_threads() == 1) {
+    // oneDNN's sgemm runs on the OpenMP threads of the calling thread, whose count is per thread.
+    if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+    const dnnl_status_t s = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha,
+                                       a, lda, b, ldb, beta, c, ldc);
+    if (s != dnnl_success) {
+      fail(Code::internal, "sgemm: oneDNN failed with status " + std::to_string(static_cast<int>(s)));
+    }
+    return;
   }
-}
-
-const char* gemm_library() { return "onednn"; }
-
-#else
-
-void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-           const float* b, int ldb, float beta, float* c, int ldc) {
+#endif
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-const char* gemm_library() { return "openblas"; }
-
-#endif
+const char* gemm_library(int threads) {
+  return DPG_HAVE_DNNL && threads == 1 ? "onednn" : "openblas";
+}
 
 }  // namespace dpg::model
