@@ -18,6 +18,7 @@
 #include "runtime/core/json_io.h"
 #include "runtime/core/rng.h"
 #include "runtime/model/blas_threads.h"
+#include "runtime/model/gemm.h"
 #include "runtime/model/mlp.h"
 #include "runtime/train/gradient.h"
 #include "runtime/train/optimizer.h"
@@ -191,6 +192,13 @@ void run_step_bench(const StepBenchOptions& o) {
   if (o.baseline == "torch") {
     const auto torch = torch_rows(o);
     rows.insert(rows.end(), torch.begin(), torch.end());
+  }
+  if (!o.json) {
+    std::cout << "dpgossip's GEMMs:";
+    for (int t : threads) {
+      std::cout << (t == threads.front() ? " " : ", ") << model::gemm_library(t) << " at " << t << (t == 1 ? " thread" : " threads");
+    }
+    std::cout << "\n";
   }
   print_rows(rows, o.json);
   if (!o.json) print_ratios(rows, threads, o.baseline == "torch");

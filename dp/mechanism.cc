@@ -28,9 +28,12 @@ std::span<float> GaussianMechanism::begin_step() {
 
 PrivateGradient GaussianMechanism::release() {
   const double sigma = options_.enabled ? options_.noise_multiplier : 0.0;
-  if (sigma > 0.0) add_gaussian(buffer_, sigma * options_.clip_norm, rng_.next());
   const float inv = static_cast<float>(1.0 / options_.expected_batch);
-  for (float& v : buffer_) v *= inv;
+  if (sigma > 0.0) {
+    add_gaussian(buffer_, sigma * options_.clip_norm, rng_.next(), inv);  // noise, then / batch
+  } else {
+    for (float& v : buffer_) v *= inv;
+  }
   return PrivateGradient(buffer_, sigma);
 }
 

@@ -20,7 +20,7 @@ constexpr std::size_t kBlock = 256;
 
 }  // namespace
 
-void add_gaussian(std::span<float> out, double stddev, std::uint64_t key) {
+void add_gaussian(std::span<float> out, double stddev, std::uint64_t key, float scale) {
   const std::size_t n = out.size();
   const std::uint64_t base = mix(key);
   constexpr std::size_t kHalf = kBlock / 2;
@@ -50,13 +50,17 @@ void add_gaussian(std::span<float> out, double stddev, std::uint64_t key) {
     if (n - start >= kBlock) {
 #pragma omp simd
       for (std::size_t j = 0; j < kHalf; ++j) {
-        o[j] += static_cast<float>(r[j]) * c[j];
-        o[kHalf + j] += static_cast<float>(r[j]) * s[j];
+        o[j] = (o[j] + static_cast<float>(r[j]) * c[j]) * scale;
+        o[kHalf + j] = (o[kHalf + j] + static_cast<float>(r[j]) * s[j]) * scale;
       }
     } else {
       const std::size_t m = n - start;
-      for (std::size_t j = 0; j < kHalf && j < m; ++j) o[j] += static_cast<float>(r[j]) * c[j];
-      for (std::size_t j = 0; kHalf + j < m; ++j) o[kHalf + j] += static_cast<float>(r[j]) * s[j];
+      for (std::size_t j = 0; j < kHalf && j < m; ++j) {
+        o[j] = (o[j] + static_cast<float>(r[j]) * c[j]) * scale;
+      }
+      for (std::size_t j = 0; kHalf + j < m; ++j) {
+        o[kHalf + j] = (o[kHalf + j] + static_cast<float>(r[j]) * s[j]) * scale;
+      }
     }
   }
 }

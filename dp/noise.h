@@ -10,6 +10,7 @@ namespace dpg::dp {
 // out[i] += stddev * z_i with z_i ~ N(0, 1) i.i.d., drawn by Box-Muller from uniforms hashed from
 // (key, i): the radius from 53-bit uniforms in double precision, so the tails reach 8.6 standard
 // deviations (a float radius would stop at 5.8 and put the truncated mass in the privacy loss).
-void add_gaussian(std::span<float> out, double stddev, std::uint64_t key);
+// With `scale`, out[i] = (out[i] + stddev * z_i) * scale in the same pass.
+void add_gaussian(std::span<float> out, double stddev, std::uint64_t key, float scale = 1.0f);
 
 }  // namespace dpg::dp

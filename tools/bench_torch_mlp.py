@@ -7,13 +7,35 @@ Usage (normally run for you by `dpgossip bench step --baseline torch`):
 
 Prints one JSON object per thread count: backend, mode ("sgd"), threads, batch, samples_per_second
 (the median over `repeats` timed windows after a warm-up). Needs Debian's python3-torch.
+
+Debian's torch runs its matrix products in the system BLAS (OpenBLAS), whose thread pool
+torch.set_num_threads does not limit: without set_blas_threads below, the "1 thread" row would
+run its GEMMs on every core.
 """
 import argparse
+import ctypes
 import json
 import statistics
 import time
 
 import torch
+
+
+def set_blas_threads(threads):
+    """Sets the thread count of every OpenBLAS loaded in this process; returns how many it set."""
+    done = 0
+    paths = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if "blas" in path.rsplit("/", 1)[-1] and ".so" in path:
+                paths.add(path)
+    for path in sorted(paths):
+        lib = ctypes.CDLL(path)
+        if hasattr(lib, "openblas_set_num_threads"):
+            lib.openblas_set_num_threads(ctypes.c_int(threads))
+            done += 1
+    return done
 
 
 def build(widths, activation):
@@ -67,6 +89,7 @@ def main():
     widths = [int(w) for w in a.widths.split(",")]
     for t in [int(t) for t in a.threads.split(",")]:
         torch.set_num_threads(t)
+        set_blas_threads(t)
         r = rate(widths, a.activation, a.batch, a.seconds, a.repeats)
         print(json.dumps({"backend": "torch", "mode": "sgd", "threads": t, "batch": a.batch,
                           "samples_per_second": r}), flush=True)

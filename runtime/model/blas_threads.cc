@@ -2,15 +2,24 @@
 
 #include <cblas.h>
 
+#include <atomic>
+
 #include "runtime/core/error.h"
 
 namespace dpg::model {
+namespace {
+std::atomic<int> g_threads{0};  // 0: not set, the libraries' defaults
+}  // namespace
 
 void set_blas_threads(int threads) {
   if (threads < 1) fail(Code::invalid_argument, "threads: must be at least 1");
   openblas_set_num_threads(threads);
+  g_threads = threads;
 }
 
-int blas_threads() { return openblas_get_num_threads(); }
+int blas_threads() {
+  const int t = g_threads;
+  return t > 0 ? t : openblas_get_num_threads();
+}
 
 }  // namespace dpg::model

@@ -1,13 +1,12 @@
 #include "runtime/model/mlp.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 
 #include "runtime/core/check.h"
 #include "runtime/core/error.h"
 #include "runtime/core/rng.h"
+#include "runtime/model/gemm.h"
 #include "runtime/model/kernels.h"
 
 namespace dpg::model {
@@ -79,8 +78,8 @@ void Mlp::forward(Workspace& ws) const {
     const int out = widths_[l + 1];
     float* z = ws.act[l + 1].data();
     // z (batch, out) = act (batch, in) * W^T (in, out)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, out, in, 1.0f,
-                ws.act[l].data(), in, params_.data() + weight_offset(l), in, 0.0f, z, out);
+    sgemm(false, true, batch, out, in, 1.0f, ws.act[l].data(), in,
+          params_.data() + weight_offset(l), in, 0.0f, z, out);
     const float* bias = params_.data() + bias_offset(l);
     if (l + 1 == num_layers()) {
       kernels::bias_only(z, bias, batch, out);
@@ -106,9 +105,8 @@ std::size_t Mlp::loss_and_backward(std::span<const std::int32_t> labels, Workspa
     const int in = widths_[l];
     const int out = widths_[l + 1];
     // grad[l-1] (batch, in) = grad[l] (batch, out) * W_l (out, in), then times act'(.)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(batch), in, out,
-                1.0f, ws.grad[l].data(), out, params_.data() + weight_offset(l), in, 0.0f,
-                ws.grad[l - 1].data(), in);
+    sgemm(false, false, static_cast<int>(batch), in, out, 1.0f, ws.grad[l].data(), out,
+          params_.data() + weight_offset(l), in, 0.0f, ws.grad[l - 1].data(), in);
     const std::size_t n = batch * in;
     if (spec_.activation == Activation::relu) {
       kernels::relu_backward(ws.grad[l - 1].data(), ws.act[l].data(), n);
@@ -154,8 +152,8 @@ void Mlp::accumulate_gradient(Workspace& ws, std::span<const float> scale,
       for (int c = 0; c < out; ++c) g[i * out + c] *= scale[i];
     }
     // dW (out, in) += grad^T (out, batch) * act (batch, in)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, static_cast<int>(batch), 1.0f,
-                g, out, a, in, 1.0f, grad_out.data() + weight_offset(l), in);
+    sgemm(true, false, out, in, static_cast<int>(batch), 1.0f, g, out, a, in, 1.0f,
+          grad_out.data() + weight_offset(l), in);
     float* db = grad_out.data() + bias_offset(l);
     for (std::size_t i = 0; i < batch; ++i) {
       const float* row = g + i * out;

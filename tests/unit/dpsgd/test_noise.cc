@@ -65,6 +65,16 @@ TEST_CASE("noise: the same key gives the same noise, added on top of the values"
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(c[i] + 1.0f));
 }
 
+TEST_CASE("noise: with a scale, the values plus the same noise, times the scale") {
+  std::vector<float> plain(1001), scaled(1001);
+  for (std::size_t i = 0; i < plain.size(); ++i) plain[i] = scaled[i] = 0.01f * static_cast<float>(i);
+  dpg::dp::add_gaussian(plain, 0.5, 9);
+  dpg::dp::add_gaussian(scaled, 0.5, 9, 0.25f);
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    CHECK(scaled[i] == doctest::Approx(plain[i] * 0.25f).epsilon(1e-6));
+  }
+}
+
 TEST_CASE("mechanism: an empty batch still gets noise of sd sigma*C/B; disabled adds none") {
   dpg::dp::MechanismOptions opt;
   opt.clip_norm = 2.0f;

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "runtime/core/rng.h"
+#include "runtime/model/blas_threads.h"
+#include "runtime/model/gemm.h"
 #include "runtime/model/mlp.h"
 
 using dpg::model::Activation;
@@ -50,7 +52,11 @@ std::vector<float> gradient(const Mlp& m, const Batch& b, Workspace& ws) {
 }  // namespace
 
 TEST_CASE("mlp: backward matches central finite differences") {
-  for (Activation act : {Activation::tanh, Activation::relu}) {
+  // One BLAS thread runs the GEMMs in oneDNN where the build has it, two in OpenBLAS.
+  for (const auto& [act, threads] : {std::pair{Activation::tanh, 1}, std::pair{Activation::relu, 1},
+                                     std::pair{Activation::tanh, 2}, std::pair{Activation::relu, 2}}) {
+    CAPTURE(dpg::model::gemm_library(threads));
+    dpg::model::set_blas_threads(threads);
     MlpSpec spec{6, {7, 5}, 4, act};
     Mlp m(spec, 3);
     const Batch b = random_batch(spec, 9, 5);
@@ -108,6 +114,25 @@ TEST_CASE("mlp: parameters are PyTorch-style uniform and seeded") {
   CHECK(same);
   CHECK(differs);
   for (std::size_t i = 0; i < 50u * 101; ++i) CHECK(std::abs(a.params()[i]) <= 0.1f + 1e-6f);
+}
+
+TEST_CASE("mlp: the same logits and gradient on one and on two BLAS threads") {
+  MlpSpec spec{50, {40, 30}, 7, Activation::relu};
+  Mlp m(spec, 4);
+  const Batch b = random_batch(spec, 33, 6);
+  std::vector<std::vector<float>> logits, grads;
+  for (int threads : {1, 2}) {
+    dpg::model::set_blas_threads(threads);
+    Workspace ws;
+    grads.push_back(gradient(m, b, ws));
+    logits.push_back({ws.act.back().begin(), ws.act.back().begin() + 33 * 7});
+  }
+  for (std::size_t i = 0; i < logits[0].size(); ++i) {
+    CHECK(logits[0][i] == doctest::Approx(logits[1][i]).epsilon(1e-5));
+  }
+  for (std::size_t i = 0; i < grads[0].size(); ++i) {
+    CHECK(grads[0][i] == doctest::Approx(grads[1][i]).epsilon(1e-5));
+  }
 }
 
 TEST_CASE("mlp: evaluate counts correct predictions over chunks") {
