@@ -1,6 +1,7 @@
 // dpgossip bench step: samples/s of the non-private and the DP-SGD step of an MLP, optionally
 // side by side with PyTorch's non-private step run by tools/bench_torch_mlp.py in the same command.
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -33,6 +34,7 @@ struct StepBenchOptions {
   int batch = 256;
   double seconds = 1.0;
   int repeats = 5;
+  int rounds = 3;
   std::string baseline;  // "" or "torch"
   std::string torch_script = "tools/bench_torch_mlp.py";
   std::string python = "/usr/bin/python3";
@@ -73,7 +75,10 @@ double time_steps(const model::MlpSpec& spec, bool dp, const StepBenchOptions& o
     auto g = train::private_gradient(mlp, ws, labels, mech, buffers, stats);
     sgd.apply(mlp.params(), g);
   };
-  for (int i = 0; i < 10; ++i) step();
+  // Warm-up: 10 steps and a quarter of the timed seconds, as tools/bench_torch_mlp.py does.
+  const auto warm_until = std::chrono::steady_clock::now() +
+                          std::chrono::duration<double>(o.seconds / 4);
+  for (int i = 0; i < 10 || std::chrono::steady_clock::now() < warm_until; ++i) step();
   std::vector<double> rates;
   const double window = o.seconds / o.repeats;
   for (int r = 0; r < o.repeats; ++r) {
@@ -104,10 +109,10 @@ std::string find_script(const std::string& path) {
   fail(Code::not_found, "--torch-script: " + path + " not found (run from the repository root)");
 }
 
-std::vector<Row> torch_rows(const StepBenchOptions& o) {
+std::vector<Row> torch_rows(const StepBenchOptions& o, int threads) {
   std::ostringstream cmd;
   cmd << "OMP_WAIT_POLICY=PASSIVE " << o.python << " " << find_script(o.torch_script) << " --widths " << o.widths
-      << " --activation " << o.activation << " --threads " << o.threads << " --batch " << o.batch
+      << " --activation " << o.activation << " --threads " << threads << " --batch " << o.batch
       << " --seconds " << o.seconds << " --repeats " << o.repeats;
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.str().c_str(), "r"), pclose);
   if (!pipe) fail(Code::failed_precondition, "bench: cannot run " + cmd.str());
@@ -152,16 +157,34 @@ double rate_of(const std::vector<Row>& rows, const std::string& backend, const s
   return 0.0;
 }
 
-void print_ratios(const std::vector<Row>& rows, const std::vector<int>& threads, bool torch) {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Each ratio is taken within a round, between rows run back to back, then the median over rounds
+// is printed with the range.
+void print_ratios(const std::vector<std::vector<Row>>& runs, const std::vector<int>& threads,
+                  bool torch) {
+  auto line = [&](const char* what, const std::function<double(const std::vector<Row>&)>& f) {
+    std::vector<double> v;
+    for (const auto& run : runs) v.push_back(f(run));
+    std::cout << what << " " << std::setprecision(3) << median(v) << " ("
+              << *std::min_element(v.begin(), v.end()) << "-"
+              << *std::max_element(v.begin(), v.end()) << ")";
+  };
   for (int t : threads) {
-    const double sgd = rate_of(rows, "dpgossip", "sgd", t);
-    const double dp = rate_of(rows, "dpgossip", "dpsgd", t);
-    std::cout << "threads " << t << ": dpsgd step costs " << std::setprecision(3) << sgd / dp
-              << "x the sgd step";
+    std::cout << "threads " << t << ":";
+    line(" dpsgd step / sgd step (time)", [&](const std::vector<Row>& r) {
+      return rate_of(r, "dpgossip", "sgd", t) / rate_of(r, "dpgossip", "dpsgd", t);
+    });
     if (torch) {
-      const double ts = rate_of(rows, "torch", "sgd", t);
-      std::cout << "; dpgossip dpsgd / torch sgd = " << dp / ts
-                << ", dpgossip sgd / torch sgd = " << sgd / ts;
+      line("; dpgossip dpsgd / torch sgd", [&](const std::vector<Row>& r) {
+        return rate_of(r, "dpgossip", "dpsgd", t) / rate_of(r, "torch", "sgd", t);
+      });
+      line("; dpgossip sgd / torch sgd", [&](const std::vector<Row>& r) {
+        return rate_of(r, "dpgossip", "sgd", t) / rate_of(r, "torch", "sgd", t);
+      });
     }
     std::cout << "\n";
   }
@@ -177,21 +200,35 @@ void run_step_bench(const StepBenchOptions& o) {
   spec.activation = model::parse_activation(o.activation);
   if (o.batch < 1) fail(Code::invalid_argument, "--batch: must be at least 1");
   if (o.repeats < 1) fail(Code::invalid_argument, "--repeats: must be at least 1");
+  if (o.rounds < 1) fail(Code::invalid_argument, "--rounds: must be at least 1");
   if (!(o.seconds > 0)) fail(Code::invalid_argument, "--seconds: must be positive");
   if (o.baseline != "" && o.baseline != "torch") {
     fail(Code::invalid_argument, "--baseline: expected torch, got \"" + o.baseline + "\"");
   }
   const auto threads = parse_int_list(o.threads, "--threads");
-  std::vector<Row> rows;
-  for (int t : threads) {
-    model::set_blas_threads(t);
-    for (bool dp : {false, true}) {
-      rows.push_back({"dpgossip", dp ? "dpsgd" : "sgd", t, o.batch, time_steps(spec, dp, o)});
+  // Each round runs, per thread count, dpgossip's rows and then PyTorch's, so that a slow spell
+  // of the machine (the two vCPUs of this VM sometimes share one core's vector units) lands on
+  // both sides alike; rows are medians over rounds, ratios are taken within a round.
+  std::vector<std::vector<Row>> runs;
+  for (int round = 0; round < o.rounds; ++round) {
+    std::vector<Row> rows;
+    for (int t : threads) {
+      model::set_blas_threads(t);
+      for (bool dp : {false, true}) {
+        rows.push_back({"dpgossip", dp ? "dpsgd" : "sgd", t, o.batch, time_steps(spec, dp, o)});
+      }
+      if (o.baseline == "torch") {
+        const auto torch = torch_rows(o, t);
+        rows.insert(rows.end(), torch.begin(), torch.end());
+      }
     }
+    runs.push_back(std::move(rows));
   }
-  if (o.baseline == "torch") {
-    const auto torch = torch_rows(o);
-    rows.insert(rows.end(), torch.begin(), torch.end());
+  std::vector<Row> rows = runs.front();
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    std::vector<double> v;
+    for (const auto& run : runs) v.push_back(run[i].samples_per_second);
+    rows[i].samples_per_second = median(v);
   }
   if (!o.json) {
     std::cout << "dpgossip's GEMMs:";
@@ -201,7 +238,7 @@ void run_step_bench(const StepBenchOptions& o) {
     std::cout << "\n";
   }
   print_rows(rows, o.json);
-  if (!o.json) print_ratios(rows, threads, o.baseline == "torch");
+  if (!o.json) print_ratios(runs, threads, o.baseline == "torch");
 }
 
 }  // namespace
@@ -217,6 +254,8 @@ void add_bench(CLI::App& app) {
   step->add_option("--batch", o->batch, "batch size")->capture_default_str();
   step->add_option("--seconds", o->seconds, "timed seconds per row")->capture_default_str();
   step->add_option("--repeats", o->repeats, "timed windows per row (median)")->capture_default_str();
+  step->add_option("--rounds", o->rounds, "rounds of every row, run one after another (median)")
+      ->capture_default_str();
   step->add_option("--baseline", o->baseline, "torch: also run PyTorch's step in this command");
   step->add_option("--torch-script", o->torch_script, "path of the PyTorch script")->capture_default_str();
   step->add_option("--python", o->python, "Python interpreter with torch")->capture_default_str();

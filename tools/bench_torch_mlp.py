@@ -6,7 +6,7 @@ Usage (normally run for you by `dpgossip bench step --baseline torch`):
       --widths 784,256,256,10 --activation relu --threads 1,2 --batch 256 --seconds 1 --repeats 5
 
 Prints one JSON object per thread count: backend, mode ("sgd"), threads, batch, samples_per_second
-(the median over `repeats` timed windows after a warm-up). Needs Debian's python3-torch.
+(the median over `repeats` timed windows after a warm-up of 10 steps and seconds / 4). Needs Debian's python3-torch.
 
 Debian's torch runs its matrix products in the system BLAS (OpenBLAS), whose thread pool
 torch.set_num_threads does not limit: without set_blas_threads below, the "1 thread" row would
@@ -61,8 +61,12 @@ def rate(widths, activation, batch, seconds, repeats):
         loss_fn(model(x), y).backward()
         opt.step()
 
-    for _ in range(10):
+    # Warm-up: 10 steps and a quarter of the timed seconds, as `dpgossip bench step` does.
+    warm_until = time.perf_counter() + seconds / 4
+    warm = 0
+    while warm < 10 or time.perf_counter() < warm_until:
         step()
+        warm += 1
     rates = []
     for _ in range(repeats):
         start = time.perf_counter()
