@@ -315,7 +315,7 @@ int repeats_for_size(long long bytes, int repeats_hint) {
 
 std::vector<AllreduceRow> run_baseline(const std::string& name, int peers,
                                        const std::vector<long long>& sizes_bytes, int warmup,
-                                       int repeats_hint) {
+                                       int repeats_hint, bool pin) {
   check_args(name, peers, sizes_bytes, warmup, repeats_hint);
   const bool gloo = name == "gloo";
   const std::string program = gloo ? "dpgossip-bench-gloo" : "dpgossip-bench-mpi";
@@ -332,7 +332,7 @@ std::vector<AllreduceRow> run_baseline(const std::string& name, int peers,
 
   std::vector<std::string> argv;
   if (gloo) {
-    argv = {bench->string(), "--peers", std::to_string(peers)};
+    argv = {bench->string(), "--peers", std::to_string(peers), "--pin", pin ? "1" : "0"};
   } else {
     const auto mpirun = find_on_path("mpirun");
     if (!mpirun) {
@@ -341,7 +341,11 @@ std::vector<AllreduceRow> run_baseline(const std::string& name, int peers,
     }
     // OpenMPI's TCP transport leaves out the loopback interface unless it is named.
     argv = {mpirun->string(), "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "tcp,self",
-            "--mca", "btl_tcp_if_include", "lo", "-np", std::to_string(peers), bench->string()};
+            "--mca", "btl_tcp_if_include", "lo", "-np", std::to_string(peers)};
+    if (pin) {  // rank r on core r mod the core count, as dpgossip's --pin
+      argv.insert(argv.end(), {"--map-by", "core:oversubscribe", "--bind-to", "core:overload-allowed"});
+    }
+    argv.push_back(bench->string());
   }
   std::string sizes;
   for (long long b : sizes_bytes) {

@@ -51,9 +51,11 @@ int repeats_for_size(long long bytes, int repeats_hint);
 // mpirun on PATH. The whole run is bounded (300 s): past it the started process gets SIGTERM, then
 // SIGKILL, and deadline_exceeded is thrown. Errors are dpg::Error: failed_precondition when a
 // program is missing (naming the Debian package that provides it) or the baseline fails,
-// invalid_argument for bad arguments, internal when its output does not parse.
+// invalid_argument for bad arguments, internal when its output does not parse. With `pin`, rank r
+// runs on CPU r mod the CPU count (Gloo's launcher pins; mpirun binds to cores), as dpgossip's
+// own peers do under --pin.
 std::vector<AllreduceRow> run_baseline(const std::string& name, int peers,
                                        const std::vector<long long>& sizes_bytes, int warmup,
-                                       int repeats_hint);
+                                       int repeats_hint, bool pin = false);
 
 }  // namespace dpg::app

@@ -226,7 +226,7 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
   }
   std::vector<AllreduceRow> rows = run_local(o);
   for (const auto& b : baselines) {
-    auto more = run_baseline(b, o.peers, sizes, o.warmup, o.repeats);
+    auto more = run_baseline(b, o.peers, sizes, o.warmup, o.repeats, o.pin);
     rows.insert(rows.end(), more.begin(), more.end());
   }
   if (o.json) {
@@ -267,7 +267,7 @@ void add_bench_allreduce(CLI::App& bench) {
   c->add_option("--spin-us", o->spin_us, "how long a wait yields before sleeping")
       ->capture_default_str();
   c->add_option("--timeout-s", o->timeout_s, "timeout of every wait")->capture_default_str();
-  c->add_flag("--pin", o->pin, "pin peer r to CPU r mod the CPU count");
+  c->add_flag("--pin", o->pin, "pin peer r to CPU r mod the CPU count (the baselines' ranks too)");
   c->add_flag("--progress-thread", o->progress_thread,
               "run each peer's I/O on a thread of its own (default: on the waiting thread)");
   c->add_option("--hosts", o->hosts, "hosts file: run as one peer of it");

@@ -108,6 +108,7 @@ std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world,
 }
 
 std::vector<int> gossip_neighbours(const std::vector<train::GossipPhase>& phases, int rank) {
+  if (phases.empty()) return {};  // not gossip
   // Only the graphs matter here, not when each starts: number the phases in their order.
   std::vector<topology::Schedule::Phase> all;
   for (const auto& p : phases) {

@@ -21,14 +21,14 @@ struct Options {
   std::size_t segment_bytes = 256 * 1024;
   // All-reduces up to this size use recursive doubling when the world is a power of two:
   // log2(N) exchanges of the whole buffer instead of 2(N-1) ring steps, for latency. 0: never.
-  std::size_t small_bytes = 64 * 1024;
+  std::size_t small_bytes = 32 * 1024;
   // Reduce-scatter receives land in a ring of this many segment-sized buffers, small enough to
   // stay in cache, instead of a whole block: fewer trips to memory for large buffers.
   std::size_t scratch_slots = 4;
   // Above small_bytes and up to this size, a power-of-two world uses halving-doubling
   // (Rabenseifner): a reduce-scatter by recursive halving, then an all-gather by recursive
   // doubling; the ring's bytes in 2 log2(N) steps instead of 2(N-1). 0: never.
-  std::size_t medium_bytes = 0;
+  std::size_t medium_bytes = 1024 * 1024;
 };
 
 // The peers a communicator of `world` with these options talks to: the ring neighbours, plus the

@@ -21,6 +21,7 @@ struct Args {
   int warmup = 3;
   int repeats = 100;    // at sizes up to kFullRepeatBytes; fewer above (repeats_for)
   double timeout_s = 240;  // whole run (Gloo's launcher only)
+  bool pin = false;        // pin rank r to CPU r mod the CPU count (Gloo's launcher only)
 };
 
 constexpr long long kFullRepeatBytes = 4LL << 20;
@@ -41,11 +42,12 @@ inline void usage(const char* prog, bool with_peers) {
                "%s"
                "Prints one JSON object per size on stdout (rank 0); exit status 0 only if every\n"
                "rank's result matched the closed form.\n",
-               prog, with_peers ? " [--peers N]" : "", with_peers ? " [--timeout S]" : "",
+               prog, with_peers ? " [--peers N]" : "", with_peers ? " [--timeout S] [--pin 0|1]" : "",
                kDefaultSizes,
                with_peers ? "  --peers    processes to fork (default 4)\n"
                             "  --timeout  seconds for the whole run before the ranks are killed\n"
                             "             (default 240)\n"
+                            "  --pin      1: pin rank r to CPU r mod the CPU count (default 0)\n"
                           : "");
 }
 
@@ -115,6 +117,10 @@ inline int parse_args(int argc, char** argv, bool with_peers, Args& a) {
       int t = 0;
       ok = parse_int(value, 1, 86400, t);
       a.timeout_s = t;
+    } else if (with_peers && flag == "--pin") {
+      int pin = 0;
+      ok = parse_int(value, 0, 1, pin);
+      a.pin = pin == 1;
     } else {
       std::fprintf(stderr, "%s: unknown flag %s%s\n", argv[0], flag.c_str(),
                    flag == "--peers" ? " (the number of ranks is mpirun's -np)" : "");

@@ -9,6 +9,7 @@
 //
 // The launcher forks the N ranks before any thread exists (Gloo's TCP device starts a loop thread),
 // waits for them with a deadline, and kills only its own children when they overrun or one fails.
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -214,6 +215,12 @@ int main(int argc, char** argv) {
       signal(SIGHUP, SIG_DFL);
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
       if (getppid() != parent) _exit(1);
+      if (a.pin) {  // as dpgossip's --pin and mpirun's --bind-to core: rank r on CPU r mod count
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(rank % static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), &set);
+        sched_setaffinity(0, sizeof set, &set);
+      }
       const int rc = run_rank(rank, a, store_dir);
       std::fflush(nullptr);
       _exit(rc);
