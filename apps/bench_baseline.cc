@@ -284,21 +284,25 @@ AllreduceRow row_from_json(const Json& j, const std::string& where) {
   return r;
 }
 
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const std::size_t m = values.size() / 2;
+  return values.size() % 2 == 1 ? values[m] : 0.5 * (values[m - 1] + values[m]);
+}
+
 AllreduceRow make_row(std::string backend, int peers, long long bytes,
                       std::vector<double> times_us) {
   if (times_us.empty()) fail(Code::invalid_argument, "make_row: no times for " + backend);
   if (peers < 1) fail(Code::invalid_argument, "make_row: peers must be at least 1");
   if (bytes < 0) fail(Code::invalid_argument, "make_row: bytes must be non-negative");
-  std::sort(times_us.begin(), times_us.end());
-  const std::size_t m = times_us.size() / 2;
-  const double median =
-      times_us.size() % 2 == 1 ? times_us[m] : 0.5 * (times_us[m - 1] + times_us[m]);
+  const double mid = median(times_us);
   AllreduceRow r;
   r.backend = std::move(backend);
   r.peers = peers;
   r.bytes = bytes;
-  r.time_us = median;
-  r.algbw_GBps = median > 0 ? static_cast<double>(bytes) / median / 1e3 : 0.0;  // bytes/us -> GB/s
+  r.time_us = mid;
+  r.algbw_GBps = mid > 0 ? static_cast<double>(bytes) / mid / 1e3 : 0.0;  // bytes/us -> GB/s
   r.busbw_GBps = r.algbw_GBps * 2.0 * (peers - 1) / peers;
   r.repeats = static_cast<int>(times_us.size());
   r.ok = true;

@@ -22,6 +22,10 @@ struct AllreduceRow {
   bool ok = false;          // every rank's result matched the closed form
 };
 
+// The middle value (the mean of the two middle ones for an even count); 0 when empty. The one
+// median of the bench commands.
+double median(std::vector<double> values);
+
 // {"backend":...,"peers":...,"bytes":...,"time_us":...,"algbw_GBps":...,"busbw_GBps":...,
 //  "repeats":...,"ok":...}: the line the baseline programs print.
 Json to_json(const AllreduceRow& row);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/bench_baseline.h"
 #include "apps/commands.h"
 #include "apps/parse.h"
 #include "dp/mechanism.h"
@@ -92,8 +93,7 @@ double time_steps(const model::MlpSpec& spec, bool dp, const StepBenchOptions& o
     } while (elapsed < window && steps < 1000000);
     rates.push_back(static_cast<double>(steps) * o.batch / elapsed);
   }
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+  return median(rates);
 }
 
 // The script as given, else beside the repository the executable was built in (build/apps/..).
@@ -155,11 +155,6 @@ double rate_of(const std::vector<Row>& rows, const std::string& backend, const s
     if (r.backend == backend && r.mode == mode && r.threads == threads) return r.samples_per_second;
   }
   return 0.0;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Each ratio is taken within a round, between rows run back to back, then the median over rounds
