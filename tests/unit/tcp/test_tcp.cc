@@ -23,16 +23,19 @@ namespace {
 std::vector<int> peers_of(int r, int n) { return dpg::collective::peers_needed(r, n, {}); }
 
 // Runs body on n peer threads over TCP; returns each rank's error message ("" when it passed).
+// Each rank connects to `peers[rank]`, or by default to what a communicator needs.
 std::vector<std::string> run_tcp(int n, TcpOptions o,
                                  const std::function<void(TcpTransport&)>& body,
-                                 const std::function<TcpOptions(int, TcpOptions)>& per_rank = {}) {
+                                 const std::function<TcpOptions(int, TcpOptions)>& per_rank = {},
+                                 const std::vector<std::vector<int>>& peers = {}) {
   HostsFile hosts = dpg::net::local_hosts(n);
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        TcpTransport t(hosts, r, peers_of(r, n), per_rank ? per_rank(r, o) : o);
+        TcpTransport t(hosts, r, peers.empty() ? peers_of(r, n) : peers[r],
+                       per_rank ? per_rank(r, o) : o);
         body(t);
       } catch (const dpg::Error& e) {
         errors[r] = e.what();
@@ -154,33 +157,24 @@ TEST_CASE("a stalled peer is named two hops away: a wait on a live peer outlasts
   // on rank 1, which is alive and waiting; rank 1 names rank 2, and rank 0 hears why.
   for (bool thread : {false, true}) {
     CAPTURE(thread);
-    HostsFile hosts = dpg::net::local_hosts(3);
     TcpOptions o;
     o.timeout = 1000ms;
     o.progress_thread = thread;
-    const std::vector<std::vector<int>> peers = {{1}, {0, 2}, {1}};
-    std::vector<std::string> errors(3);
-    std::vector<std::thread> threads;
     auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < 3; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          TcpTransport t(hosts, r, peers[r], o);
+    auto errors = run_tcp(
+        3, o,
+        [](TcpTransport& t) {
           std::vector<std::byte> buf(64);
           const dpg::net::Tag tag{7, 1, 0};
-          if (r == 0) t.wait(t.recv(1, tag, buf));
-          if (r == 1) {
+          if (t.rank() == 0) t.wait(t.recv(1, tag, buf));
+          if (t.rank() == 1) {
             std::this_thread::sleep_for(200ms);
             t.wait(t.recv(2, tag, buf));
             t.wait(t.send(0, tag, buf));
           }
-          if (r == 2) std::this_thread::sleep_for(3000ms);
-        } catch (const dpg::Error& e) {
-          errors[r] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
+          if (t.rank() == 2) std::this_thread::sleep_for(3000ms);
+        },
+        {}, {{1}, {0, 2}, {1}});
     CHECK(std::chrono::steady_clock::now() - t0 < 8s);
     CAPTURE(errors[0]);
     CAPTURE(errors[1]);
