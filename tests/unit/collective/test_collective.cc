@@ -40,6 +40,25 @@ void run_world(int n, Options options, const std::function<void(Communicator&)>&
   }
 }
 
+// All-reduces rank + (i mod 7) on n peers (with `then_average`, averages the sum once more: exact
+// when n is a power of two) and checks every rank against the closed form.
+void check_rank_sum(int n, std::size_t count, Options options, bool then_average = false) {
+  std::vector<std::vector<float>> out(n);
+  run_world(n, options, [&](Communicator& c) {
+    std::vector<float> v(count);
+    for (std::size_t i = 0; i < count; ++i) v[i] = float(c.rank()) + float(i % 7);
+    c.allreduce(v, Reduce::sum);
+    if (then_average) c.allreduce(v, Reduce::average);  // a fresh round
+    out[c.rank()] = v;
+  });
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(out[r].size() == count);
+    for (std::size_t i = 0; i < count; ++i) {
+      REQUIRE(out[r][i] == float(n * (n - 1) / 2 + n * int(i % 7)));
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("ring all-reduce of rank-valued inputs sums to the closed form, any size and segment") {
@@ -55,19 +74,7 @@ TEST_CASE("ring all-reduce of rank-valued inputs sums to the closed form, any si
         CAPTURE(seg);
         CAPTURE(small);
         CAPTURE(slots);
-        std::vector<std::vector<float>> out(n);
-        run_world(n, Options{seg, small, slots}, [&](Communicator& c) {
-          std::vector<float> v(count);
-          for (std::size_t i = 0; i < count; ++i) v[i] = float(c.rank()) + float(i % 7);
-          c.allreduce(v, Reduce::sum);
-          out[c.rank()] = v;
-        });
-        for (int r = 0; r < n; ++r) {
-          REQUIRE(out[r].size() == count);
-          for (std::size_t i = 0; i < count; ++i) {
-            REQUIRE(out[r][i] == float(n * (n - 1) / 2 + n * int(i % 7)));
-          }
-        }
+        check_rank_sum(n, count, Options{seg, small, slots, 0});  // medium_bytes 0: the ring
         }
        }
       }
@@ -81,21 +88,8 @@ TEST_CASE("halving-doubling all-reduce sums to the closed form on 1, 2, 4 and 8 
                               std::size_t{1000}, std::size_t{100003}}) {
       CAPTURE(n);
       CAPTURE(count);
-      std::vector<std::vector<float>> out(n);
-      run_world(n, Options{.small_bytes = 0, .medium_bytes = std::size_t{1} << 30},
-                [&](Communicator& c) {
-                  std::vector<float> v(count);
-                  for (std::size_t i = 0; i < count; ++i) v[i] = float(c.rank()) + float(i % 7);
-                  c.allreduce(v, Reduce::sum);
-                  c.allreduce(v, Reduce::average);  // a fresh round; exact, n is 2^k
-                  out[c.rank()] = v;
-                });
-      for (int r = 0; r < n; ++r) {
-        REQUIRE(out[r].size() == count);
-        for (std::size_t i = 0; i < count; ++i) {
-          REQUIRE(out[r][i] == float(n * (n - 1) / 2 + n * int(i % 7)));
-        }
-      }
+      check_rank_sum(n, count, Options{.small_bytes = 0, .medium_bytes = std::size_t{1} << 30},
+                     true);
     }
   }
 }
@@ -113,7 +107,7 @@ TEST_CASE("all-reduce average of random floats is bitwise identical on every pee
       for (auto& x : v) x = normal(gen);
     }
     const Options o = halving ? Options{.small_bytes = 0, .medium_bytes = std::size_t{1} << 30}
-                              : Options{.segment_bytes = 64};
+                              : Options{.segment_bytes = 64, .medium_bytes = 0};
     run_world(n, o, [&](Communicator& c) {
       auto v = in[c.rank()];
       c.allreduce(v, Reduce::average);
