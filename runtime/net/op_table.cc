@@ -86,7 +86,7 @@ void OpTable::wait(Handle h, const Driver* drive) {
   // microseconds, and yielding keeps the core for whoever has work.
   const auto spin_end = Clock::now() + std::chrono::microseconds(spin_us_);
   while (!is_done() && !poisoned() && Clock::now() < spin_end) {
-    if (drive) (*drive)(spin_end, false);
+    if (drive) (*drive)(s, spin_end, false);
     if (!is_done()) sched_yield();
   }
   // Blocks in steps of at most 100 ms, so that a wait past its deadline rechecks its peer.
@@ -103,7 +103,7 @@ void OpTable::wait(Handle h, const Driver* drive) {
     return !failure.empty();
   };
   if (drive) {
-    while (!is_done() && !poisoned() && !give_up()) (*drive)(step_end(), true);
+    while (!is_done() && !poisoned() && !give_up()) (*drive)(s, step_end(), true);
   }
   if (!is_done() && !poisoned() && failure.empty()) {
     std::unique_lock lock(wait_mu_);

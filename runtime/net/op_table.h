@@ -50,8 +50,10 @@ class OpTable {
   // Marks a slot done and wakes its waiter (any thread).
   void complete(uint32_t index);
   // Runs the transport's I/O on the waiting thread: with block false it handles what is ready
-  // and returns; with block true it may sleep until something happens or `until` passes.
-  using Driver = std::function<void(std::chrono::steady_clock::time_point until, bool block)>;
+  // (first what concerns `op`, the operation waited on) and returns; with block true it may sleep
+  // until something happens or `until` passes.
+  using Driver = std::function<void(const OpSlot& op, std::chrono::steady_clock::time_point until,
+                                    bool block)>;
   // Waits for the handle's slot; throws the first failure or a timeout naming the operation.
   // Without a driver the waiter sleeps until another thread completes the slot.
   void wait(Handle handle, const Driver* drive = nullptr);

@@ -29,9 +29,18 @@ struct Conn {
   Conn(asio::io_context& io, int p) : peer(p), socket(io) {}
   int peer;
   tcp::socket socket;
-  // Reader: the header being read, a header parked until its receive is posted, posted receives.
-  HeaderBytes in_header{};
-  std::optional<FrameHeader> parked;
+  // Reader (tcp_reader.cc): bytes read ahead into `stage` ([stage_begin, stage_end) not yet
+  // used), what the reader is in the middle of, and the posted receives.
+  enum class Reading { header, payload, abort_text, parked, stopped };
+  static constexpr std::size_t kStageBytes = 16 * 1024;
+  std::unique_ptr<std::byte[]> stage = std::make_unique<std::byte[]>(kStageBytes);
+  std::size_t stage_begin = 0, stage_end = 0;
+  Reading reading = Reading::header;
+  FrameHeader frame;           // the frame being read, or parked until its receive is posted
+  std::byte* dst = nullptr;    // where the rest of its payload goes
+  std::size_t left = 0;        // payload bytes still to come
+  uint32_t target = kNone;     // the receive it completes
+  bool wait_armed = false;     // a readiness wait is pending in the reactor
   uint32_t recv_head = kNone, recv_tail = kNone;
   std::vector<char> abort_text;
   bool bye_received = false;
@@ -64,6 +73,7 @@ struct TcpTransport::Impl {
   std::thread thread;  // runs io when options.progress_thread
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   OpTable::Driver driver;  // runs io on the waiting thread otherwise
+  std::chrono::steady_clock::time_point last_poll{};
   // Heartbeats: every beat_every each idle connection gets a heartbeat frame (tag.op 1 when this
   // peer's training thread is in a wait, else 0), so that a peer silent for `silence` is known to
   // have stopped (or, without the progress thread, to be away from the network that long), and a
@@ -96,9 +106,16 @@ struct TcpTransport::Impl {
   void enqueue_send(uint32_t index);
   void enqueue_recv(uint32_t index);
   void start_write(Conn& c);
-  void read_header(Conn& c);
-  void on_header(Conn& c);
-  void match(Conn& c);
+  // Reads what the socket has, without blocking, into posted receives (tcp_reader.cc); when it
+  // runs dry it leaves a readiness wait armed in the reactor, so that the next byte calls it
+  // again. Returns whether it completed a receive. Called by the reactor, and on the waiting
+  // thread straight from a wait (no progress thread), which then needs no reactor round trip.
+  bool pump(Conn& c);
+  bool fill_stage(Conn& c);
+  void arm(Conn& c);
+  void stop_reading(Conn& c, const boost::system::error_code& ec);
+  void on_header(Conn& c, const FrameHeader& h);
+  bool match(Conn& c);
   void lost(Conn& c, const std::string& what, const boost::system::error_code& ec);
   void send_control(FrameKind kind, const std::string& payload);
   bool control_flushed() const;

@@ -2,7 +2,10 @@
 // thread only posts operations and waits on their slots.
 #include "runtime/net/tcp/tcp_transport.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <exception>
 #include <future>
@@ -15,6 +18,24 @@ namespace {
 
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
+
+// Writes a send's header and payload as far as the socket takes them now; returns the bytes
+// written (0 when it is full).
+std::size_t write_now(tcp::socket& socket, const OpSlot& s, error_code& ec) {
+  iovec iov[2] = {{const_cast<std::byte*>(s.header.data()), kHeaderBytes}, {s.data, s.size}};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = s.size > 0 ? 2 : 1;
+  for (;;) {
+    const ssize_t n = ::sendmsg(socket.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      ec = error_code(errno, boost::system::system_category());
+    }
+    return 0;
+  }
+}
 
 // Appends a slot to a singly linked queue threaded through OpSlot::next.
 void push(OpTable& ops, uint32_t& head, uint32_t& tail, uint32_t index) {
@@ -31,11 +52,23 @@ void push(OpTable& ops, uint32_t& head, uint32_t& tail, uint32_t index) {
 
 TcpTransport::Impl::Impl(int r, int w, TcpOptions o)
     : rank(r), world(w), options(o), ops(r, o.timeout, o.spin_us) {
-  driver = [this](Clock::time_point until, bool block) {
+  driver = [this](const OpSlot& op, Clock::time_point until, bool block) {
     if (block) {
       io.run_one_until(until);
-    } else {
+      last_poll = Clock::now();
+      return;
+    }
+    // A receive reads its peer's socket directly, without the reactor's round trip. The reactor
+    // runs for a send (whose rest it writes), while any send is being written, and otherwise at
+    // least every millisecond, for the other connections and the heartbeats.
+    const bool recv = op.kind == OpKind::recv && conns[op.peer];
+    if (recv && pump(*conns[op.peer])) return;
+    const auto now = Clock::now();
+    bool writing = !recv;
+    for (const auto& c : conns) writing = writing || (c && c->writing);
+    if (writing || now - last_poll > std::chrono::milliseconds(1)) {
       io.poll();
+      last_poll = now;
     }
   };
   beat_every = std::clamp<Clock::duration>(o.timeout / 8, std::chrono::milliseconds(5),
@@ -92,10 +125,27 @@ void TcpTransport::Impl::enqueue_send(uint32_t index) {
 
 void TcpTransport::Impl::start_write(Conn& c) {
   if (ops.poisoned() && !c.control_pending) return;
-  if (c.send_head != kNone) {
+  // Sends go out straight away while the socket takes them; the reactor finishes the rest.
+  while (c.send_head != kNone) {
     OpSlot& s = ops.slot(c.send_head);
+    error_code ec;
+    const std::size_t wrote = write_now(c.socket, s, ec);
+    if (ec) return lost(c, "sending", ec);
+    if (wrote == kHeaderBytes + s.size) {
+      const uint32_t done = c.send_head;
+      c.send_head = s.next;
+      if (c.send_head == kNone) c.send_tail = kNone;
+      ops.complete(done);
+      continue;
+    }
     c.writing = true;
     std::array<asio::const_buffer, 2> bufs = {asio::buffer(s.header), asio::buffer(s.data, s.size)};
+    if (wrote < kHeaderBytes) {
+      bufs[0] += wrote;
+    } else {
+      bufs = {asio::const_buffer(), asio::buffer(s.data + (wrote - kHeaderBytes),
+                                                 s.size - (wrote - kHeaderBytes))};
+    }
     asio::async_write(c.socket, bufs, [this, &c](error_code ec, std::size_t) {
       c.writing = false;
       if (ec) return lost(c, "sending", ec);
@@ -135,85 +185,9 @@ void TcpTransport::Impl::start_write(Conn& c) {
 void TcpTransport::Impl::enqueue_recv(uint32_t index) {
   Conn& c = *conns[ops.slot(index).peer];
   push(ops, c.recv_head, c.recv_tail, index);
-  if (c.parked) match(c);
-  if (c.bye_received) closed_early(c);
-}
-
-void TcpTransport::Impl::read_header(Conn& c) {
-  asio::async_read(c.socket, asio::buffer(c.in_header), [this, &c](error_code ec, std::size_t) {
-    if (ec) return lost(c, "receiving", ec);
-    heard_from(c);
-    on_header(c);
-  });
-}
-
-void TcpTransport::Impl::on_header(Conn& c) {
-  std::string why;
-  auto h = decode_header(c.in_header, why);
-  if (!h) {
-    ops.poison(Code::data_loss, prefix() + "peer " + std::to_string(c.peer) +
-                                    " sent a malformed frame: " + why);
-    return;
-  }
-  switch (h->kind) {
-    case FrameKind::bye:
-      c.bye_received = true;
-      if (c.recv_head != kNone) return closed_early(c);
-      return read_header(c);
-    case FrameKind::abort: {
-      if (h->length > kMaxAbortBytes) {
-        ops.poison(Code::aborted, prefix() + "peer " + std::to_string(c.peer) + " aborted");
-        return;
-      }
-      c.abort_text.resize(h->length);
-      asio::async_read(c.socket, asio::buffer(c.abort_text), [this, &c](error_code, std::size_t) {
-        const std::string text(c.abort_text.begin(), c.abort_text.end());
-        {
-          std::lock_guard lock(reports_mu);
-          reports.push_back("peer " + std::to_string(c.peer) + " reports: " + text);
-        }
-        ops.poison(Code::aborted, "peer " + std::to_string(c.peer) + " aborted: " + text);
-      });
-      return;
-    }
-    case FrameKind::heartbeat:
-      c.peer_waiting.store(h->tag.op == 1, std::memory_order_relaxed);
-      return read_header(c);
-    case FrameKind::data:
-      c.parked = *h;
-      return match(c);
-  }
-}
-
-// Pairs the parked header with the posted receive of the same tag, checks the length before
-// touching any memory, and reads the payload straight into the receiver's buffer. With no such
-// receive yet, the header stays parked and the connection is not read further: TCP pushes back.
-void TcpTransport::Impl::match(Conn& c) {
-  const FrameHeader h = *c.parked;
-  uint32_t prev = kNone, i = c.recv_head;
-  while (i != kNone && !(ops.slot(i).tag == h.tag)) {
-    prev = i;
-    i = ops.slot(i).next;
-  }
-  c.parked_now.store(i == kNone, std::memory_order_relaxed);
-  if (i == kNone) return;
-  OpSlot& s = ops.slot(i);
-  if (h.length != s.size) {
-    ops.poison(Code::data_loss, prefix() + "peer " + std::to_string(c.peer) + " sent " +
-                                    std::to_string(h.length) + " bytes for " + to_string(h.tag) +
-                                    " but the receive expects " + std::to_string(s.size));
-    return;
-  }
-  c.parked.reset();
-  (prev == kNone ? c.recv_head : ops.slot(prev).next) = s.next;
-  if (c.recv_tail == i) c.recv_tail = prev;
-  asio::async_read(c.socket, asio::buffer(s.data, s.size),
-                   [this, &c, i](error_code ec, std::size_t) {
-                     if (ec) return lost(c, "receiving", ec);
-                     heard_from(c);
-                     ops.complete(i);
-                     read_header(c);
-                   });
+  if (c.reading == Conn::Reading::parked && match(c)) pump(c);
+  // After a goodbye (which pump may have just read) no receive can be met any more.
+  if (c.bye_received && c.recv_head != kNone) closed_early(c);
 }
 
 void TcpTransport::Impl::lost(Conn& c, const std::string& what, const error_code& ec) {
@@ -342,7 +316,7 @@ TcpTransport::TcpTransport(const HostsFile& hosts, int rank, const std::vector<i
   for (auto& c : impl_->conns) {
     if (!c) continue;
     Impl::heard_from(*c);
-    impl_->read_header(*c);
+    impl_->pump(*c);
   }
   impl_->schedule_beat();
   impl_->work.emplace(asio::make_work_guard(impl_->io));

@@ -1,0 +1,208 @@
+// The reader of each connection: non-blocking reads driven by the reactor's readiness waits, or
+// straight from the waiting thread. A read at a frame boundary goes into a small stage, so that a
+// header and a small payload (and whatever follows) cost one system call; the rest of a large
+// payload goes straight into the receiver's buffer. With no receive posted for a frame, its header
+// stays parked and the connection is not read further: TCP pushes back on the sender.
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/net/tcp/tcp_impl.h"
+
+namespace dpg::net {
+namespace {
+
+using boost::system::error_code;
+
+// Reads without blocking; returns the bytes read, 0 at the end of the stream, -1 when the
+// socket has nothing now (ec clear) or on an error (ec set).
+long read_some(Conn& c, std::byte* into, std::size_t n, error_code& ec) {
+  for (;;) {
+    const ssize_t got = ::recv(c.socket.native_handle(), into, n, MSG_DONTWAIT);
+    if (got >= 0) return got;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      ec = error_code(errno, boost::system::system_category());
+    }
+    return -1;
+  }
+}
+
+}  // namespace
+
+void TcpTransport::Impl::stop_reading(Conn& c, const error_code& ec) {
+  c.reading = Conn::Reading::stopped;
+  lost(c, "receiving", ec);
+}
+
+void TcpTransport::Impl::arm(Conn& c) {
+  if (c.wait_armed) return;
+  c.wait_armed = true;
+  c.socket.async_wait(tcp::socket::wait_read, [this, &c](error_code ec) {
+    c.wait_armed = false;
+    if (ec) return stop_reading(c, ec);
+    pump(c);
+  });
+}
+
+// Tops up the stage from the socket. False when nothing came: then a wait is armed, or the
+// connection is gone.
+bool TcpTransport::Impl::fill_stage(Conn& c) {
+  if (c.stage_begin > 0) {
+    std::memmove(c.stage.get(), c.stage.get() + c.stage_begin, c.stage_end - c.stage_begin);
+    c.stage_end -= c.stage_begin;
+    c.stage_begin = 0;
+  }
+  error_code ec;
+  const long got = read_some(c, c.stage.get() + c.stage_end, Conn::kStageBytes - c.stage_end, ec);
+  if (got > 0) {
+    c.stage_end += static_cast<std::size_t>(got);
+    heard_from(c);
+    return true;
+  }
+  if (got == 0) {
+    stop_reading(c, boost::asio::error::eof);
+  } else if (ec) {
+    stop_reading(c, ec);
+  } else {
+    arm(c);
+  }
+  return false;
+}
+
+bool TcpTransport::Impl::pump(Conn& c) {
+  bool completed = false;
+  for (;;) {
+    if (ops.poisoned() && c.reading != Conn::Reading::abort_text) return completed;
+    switch (c.reading) {
+      case Conn::Reading::stopped:
+      case Conn::Reading::parked:
+        return completed;
+      case Conn::Reading::header: {
+        if (c.stage_end - c.stage_begin < kHeaderBytes) {
+          if (!fill_stage(c)) return completed;
+          continue;
+        }
+        HeaderBytes bytes;
+        std::memcpy(bytes.data(), c.stage.get() + c.stage_begin, kHeaderBytes);
+        c.stage_begin += kHeaderBytes;
+        std::string why;
+        const auto h = decode_header(bytes, why);
+        if (!h) {
+          c.reading = Conn::Reading::stopped;
+          ops.poison(Code::data_loss, prefix() + "peer " + std::to_string(c.peer) +
+                                          " sent a malformed frame: " + why);
+          return completed;
+        }
+        on_header(c, *h);
+        continue;
+      }
+      case Conn::Reading::payload:
+      case Conn::Reading::abort_text: {
+        const std::size_t staged = std::min(c.left, c.stage_end - c.stage_begin);
+        if (staged > 0) {
+          std::memcpy(c.dst, c.stage.get() + c.stage_begin, staged);
+          c.stage_begin += staged;
+          c.dst += staged;
+          c.left -= staged;
+        }
+        if (c.left > 0) {
+          error_code ec;
+          const long got = read_some(c, c.dst, c.left, ec);
+          if (got > 0) {
+            heard_from(c);
+            c.dst += got;
+            c.left -= static_cast<std::size_t>(got);
+            continue;
+          }
+          if (got == 0) {
+            stop_reading(c, boost::asio::error::eof);
+          } else if (ec) {
+            stop_reading(c, ec);
+          } else {
+            arm(c);
+          }
+          return completed;
+        }
+        if (c.reading == Conn::Reading::abort_text) {
+          // Nothing is read after an abort: the peer is going away.
+          c.reading = Conn::Reading::stopped;
+          const std::string text(c.abort_text.begin(), c.abort_text.end());
+          {
+            std::lock_guard lock(reports_mu);
+            reports.push_back("peer " + std::to_string(c.peer) + " reports: " + text);
+          }
+          ops.poison(Code::aborted, "peer " + std::to_string(c.peer) + " aborted: " + text);
+          return completed;
+        }
+        c.reading = Conn::Reading::header;
+        ops.complete(c.target);
+        c.target = kNone;
+        completed = true;
+        continue;
+      }
+    }
+  }
+}
+
+void TcpTransport::Impl::on_header(Conn& c, const FrameHeader& h) {
+  switch (h.kind) {
+    case FrameKind::bye:
+      c.bye_received = true;
+      if (c.recv_head != kNone) {
+        c.reading = Conn::Reading::stopped;
+        closed_early(c);
+      }
+      return;
+    case FrameKind::abort:
+      if (h.length > kMaxAbortBytes) {
+        c.reading = Conn::Reading::stopped;
+        ops.poison(Code::aborted, prefix() + "peer " + std::to_string(c.peer) + " aborted");
+        return;
+      }
+      c.abort_text.resize(h.length);
+      c.dst = reinterpret_cast<std::byte*>(c.abort_text.data());
+      c.left = h.length;
+      c.reading = Conn::Reading::abort_text;
+      return;
+    case FrameKind::heartbeat:
+      c.peer_waiting.store(h.tag.op == 1, std::memory_order_relaxed);
+      return;
+    case FrameKind::data:
+      c.frame = h;
+      c.reading = Conn::Reading::parked;
+      match(c);
+      return;
+  }
+}
+
+// Pairs the parked header with the posted receive of the same tag and checks the length before
+// touching any memory. Returns whether the reader can go on.
+bool TcpTransport::Impl::match(Conn& c) {
+  const FrameHeader& h = c.frame;
+  uint32_t prev = kNone, i = c.recv_head;
+  while (i != kNone && !(ops.slot(i).tag == h.tag)) {
+    prev = i;
+    i = ops.slot(i).next;
+  }
+  c.parked_now.store(i == kNone, std::memory_order_relaxed);
+  if (i == kNone) return false;
+  OpSlot& s = ops.slot(i);
+  if (h.length != s.size) {
+    c.reading = Conn::Reading::stopped;
+    ops.poison(Code::data_loss, prefix() + "peer " + std::to_string(c.peer) + " sent " +
+                                    std::to_string(h.length) + " bytes for " + to_string(h.tag) +
+                                    " but the receive expects " + std::to_string(s.size));
+    return false;
+  }
+  (prev == kNone ? c.recv_head : ops.slot(prev).next) = s.next;
+  if (c.recv_tail == i) c.recv_tail = prev;
+  c.reading = Conn::Reading::payload;
+  c.dst = s.data;
+  c.left = s.size;
+  c.target = i;
+  return true;
+}
+
+}  // namespace dpg::net
