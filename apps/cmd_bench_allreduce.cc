@@ -15,6 +15,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@ struct AllreduceBenchOptions {
   int repeats = 50;
   std::string baseline;  // "", "gloo", "mpi" or "gloo,mpi"
   bool json = false;
+  int rounds = 3;
   std::size_t segment_bytes = 256 * 1024;
   std::size_t small_bytes = collective::Options{}.small_bytes;
   std::size_t scratch_slots = collective::Options{}.scratch_slots;
@@ -181,23 +183,37 @@ const AllreduceRow* find_row(const std::vector<AllreduceRow>& rows, const std::s
   return nullptr;
 }
 
-void print_table(const std::vector<AllreduceRow>& rows, const std::vector<std::string>& baselines) {
+// dpgossip's bus bandwidth over a baseline's ("best": the better of those run), per round.
+struct Ratio {
+  std::string over;  // "gloo", "mpi" or "best"
+  long long bytes = 0;
+  std::vector<double> per_round;
+};
+
+std::string ratio_text(const Ratio& r) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(2) << median(r.per_round);
+  if (r.per_round.size() > 1) {
+    const auto [lo, hi] = std::minmax_element(r.per_round.begin(), r.per_round.end());
+    os << " (" << *lo << "-" << *hi << ")";
+  }
+  return os.str();
+}
+
+void print_table(const std::vector<AllreduceRow>& rows, const std::vector<Ratio>& ratios,
+                 const std::vector<std::string>& columns) {
   std::cout << std::left << std::setw(10) << "backend" << std::right << std::setw(6) << "peers"
             << std::setw(12) << "bytes" << std::setw(12) << "time_us" << std::setw(12)
             << "algbw_GB/s" << std::setw(12) << "busbw_GB/s" << std::setw(6) << "ok";
-  for (const auto& b : baselines) std::cout << std::setw(18) << ("busbw/" + b);
+  for (const auto& b : columns) std::cout << std::setw(22) << ("busbw/" + b);
   std::cout << "\n" << std::fixed;
   for (const auto& r : rows) {
     std::cout << std::left << std::setw(10) << r.backend << std::right << std::setw(6) << r.peers
               << std::setw(12) << r.bytes << std::setw(12) << std::setprecision(1) << r.time_us
               << std::setw(12) << std::setprecision(3) << r.algbw_GBps << std::setw(12)
               << r.busbw_GBps << std::setw(6) << (r.ok ? "yes" : "NO");
-    if (r.backend == "dpgossip") {
-      for (const auto& b : baselines) {
-        const AllreduceRow* other = find_row(rows, b == "mpi" ? "openmpi" : b, r.bytes);
-        std::cout << std::setw(18) << std::setprecision(2)
-                  << (other && other->busbw_GBps > 0 ? r.busbw_GBps / other->busbw_GBps : 0.0);
-      }
+    for (const auto& q : ratios) {
+      if (r.backend == "dpgossip" && q.bytes == r.bytes) std::cout << std::setw(22) << ratio_text(q);
     }
     std::cout << "\n";
   }
@@ -209,8 +225,8 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
     if (s % 4 != 0) fail(Code::invalid_argument, "--sizes: " + std::to_string(s) +
                                                      " bytes is not a whole number of floats");
   }
-  if (o.warmup < 0 || o.repeats < 1) {
-    fail(Code::invalid_argument, "--warmup must be >= 0 and --repeats >= 1");
+  if (o.warmup < 0 || o.repeats < 1 || o.rounds < 1) {
+    fail(Code::invalid_argument, "--warmup must be >= 0, --repeats and --rounds >= 1");
   }
   if (!o.hosts.empty()) return run_peer(o, sizes);
   if (o.peers < 1) fail(Code::invalid_argument, "--peers: must be at least 1");
@@ -224,15 +240,75 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
       baselines.push_back(b);
     }
   }
-  std::vector<AllreduceRow> rows = run_local(o);
-  for (const auto& b : baselines) {
-    auto more = run_baseline(b, o.peers, sizes, o.warmup, o.repeats, o.pin);
-    rows.insert(rows.end(), more.begin(), more.end());
+  // Each round runs every backend on every size; odd rounds run the baselines first, so that
+  // neither side always follows the other. Rows are medians over rounds; each ratio is taken
+  // within a round, between runs a few seconds apart, then its median over rounds is reported.
+  std::vector<std::string> backends = {"dpgossip"};
+  for (const auto& b : baselines) backends.push_back(b == "mpi" ? "openmpi" : b);
+  std::vector<std::vector<AllreduceRow>> by_round;
+  for (int round = 0; round < o.rounds; ++round) {
+    std::vector<AllreduceRow> rows;
+    auto ours = [&] {
+      auto more = run_local(o);
+      rows.insert(rows.end(), more.begin(), more.end());
+    };
+    if (round % 2 == 0) ours();
+    for (const auto& b : baselines) {
+      auto more = run_baseline(b, o.peers, sizes, o.warmup, o.repeats, o.pin);
+      rows.insert(rows.end(), more.begin(), more.end());
+    }
+    if (round % 2 == 1) ours();
+    by_round.push_back(std::move(rows));
+  }
+  std::vector<AllreduceRow> rows;
+  std::vector<Ratio> ratios;
+  std::vector<std::string> columns = baselines;
+  if (baselines.size() > 1) columns.push_back("best");
+  for (const auto& backend : backends) {
+    for (long long bytes : sizes) {
+      std::vector<double> times;
+      int repeats = 0;
+      bool ok = true;
+      for (const auto& round : by_round) {
+        const AllreduceRow* r = find_row(round, backend, bytes);
+        if (!r) fail(Code::internal, backend + " gave no row for " + std::to_string(bytes) + " bytes");
+        times.push_back(r->time_us);
+        repeats += r->repeats;
+        ok = ok && r->ok;
+      }
+      AllreduceRow row = make_row(backend, o.peers, bytes, times);
+      row.repeats = repeats;
+      row.ok = ok;
+      rows.push_back(row);
+    }
+  }
+  for (long long bytes : sizes) {
+    for (const auto& over : columns) {
+      Ratio q{over, bytes, {}};
+      for (const auto& round : by_round) {
+        double theirs = 0;
+        for (const auto& b : baselines) {
+          if (over != "best" && over != b) continue;
+          const AllreduceRow* r = find_row(round, b == "mpi" ? "openmpi" : b, bytes);
+          theirs = std::max(theirs, r->busbw_GBps);
+        }
+        const double mine = find_row(round, "dpgossip", bytes)->busbw_GBps;
+        q.per_round.push_back(theirs > 0 ? mine / theirs : 0.0);
+      }
+      ratios.push_back(q);
+    }
   }
   if (o.json) {
     for (const auto& r : rows) std::cout << to_json(r).dump() << "\n";
+    for (const auto& q : ratios) {
+      const auto [lo, hi] = std::minmax_element(q.per_round.begin(), q.per_round.end());
+      std::cout << Json{{"ratio", "busbw/" + q.over}, {"bytes", q.bytes},
+                        {"median", median(q.per_round)}, {"min", *lo}, {"max", *hi},
+                        {"rounds", q.per_round.size()}}.dump()
+                << "\n";
+    }
   } else {
-    print_table(rows, baselines);
+    print_table(rows, ratios, columns);
   }
   for (const auto& r : rows) {
     if (!r.ok) fail(Code::internal, r.backend + " all-reduce of " + std::to_string(r.bytes) +
@@ -252,7 +328,10 @@ void add_bench_allreduce(CLI::App& bench) {
   c->add_option("--repeats", o->repeats, "timed operations per size (fewer above 4 MiB)")
       ->capture_default_str();
   c->add_option("--baseline", o->baseline, "gloo, mpi or gloo,mpi: run them in this command too");
-  c->add_flag("--json", o->json, "one JSON object per row");
+  c->add_flag("--json", o->json, "one JSON object per row, then one per ratio");
+  c->add_option("--rounds", o->rounds,
+                "rounds of every backend, one after another (rows: median; ratios: median of "
+                "the per-round ratios)")->capture_default_str();
   c->add_option("--segment-bytes", o->segment_bytes, "ring segment size")->capture_default_str();
   c->add_option("--small-bytes", o->small_bytes,
                 "largest size for recursive doubling (power-of-two peers; 0: ring only)")
