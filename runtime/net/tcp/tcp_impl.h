@@ -32,7 +32,7 @@ struct Conn {
   // Reader (tcp_reader.cc): bytes read ahead into `stage` ([stage_begin, stage_end) not yet
   // used), what the reader is in the middle of, and the posted receives.
   enum class Reading { header, payload, abort_text, parked, stopped };
-  static constexpr std::size_t kStageBytes = 16 * 1024;
+  static constexpr std::size_t kStageBytes = kHeaderBytes + 64 * 1024;
   std::unique_ptr<std::byte[]> stage = std::make_unique<std::byte[]>(kStageBytes);
   std::size_t stage_begin = 0, stage_end = 0;
   Reading reading = Reading::header;

@@ -54,8 +54,14 @@ bool TcpTransport::Impl::fill_stage(Conn& c) {
     c.stage_end -= c.stage_begin;
     c.stage_begin = 0;
   }
+  // When the oldest posted receive will not fit, read only up to the header: its payload then
+  // goes straight to its buffer, with no second copy out of the stage.
+  std::size_t want = Conn::kStageBytes - c.stage_end;
+  if (c.recv_head != kNone && ops.slot(c.recv_head).size > Conn::kStageBytes - kHeaderBytes) {
+    want = kHeaderBytes - c.stage_end;
+  }
   error_code ec;
-  const long got = read_some(c, c.stage.get() + c.stage_end, Conn::kStageBytes - c.stage_end, ec);
+  const long got = read_some(c, c.stage.get() + c.stage_end, want, ec);
   if (got > 0) {
     c.stage_end += static_cast<std::size_t>(got);
     heard_from(c);
