@@ -40,7 +40,7 @@ struct AllreduceBenchOptions {
   int peers = 4;
   std::string sizes = "4K,64K,1M,16M,64M";
   int warmup = 5;
-  int repeats = 50;
+  int repeats = 500;
   std::string baseline;  // "", "gloo", "mpi" or "gloo,mpi"
   bool json = false;
   int rounds = 3;
