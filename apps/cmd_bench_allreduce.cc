@@ -39,7 +39,7 @@ using Clock = std::chrono::steady_clock;
 struct AllreduceBenchOptions {
   int peers = 4;
   std::string sizes = "4K,64K,1M,16M,64M";
-  int warmup = 5;
+  int warmup = 1000;
   int repeats = 500;
   std::string baseline;  // "", "gloo", "mpi" or "gloo,mpi"
   bool json = false;
@@ -99,7 +99,9 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   for (long long bytes : sizes) {
     std::vector<float> v(static_cast<std::size_t>(bytes / 4));
     fill(v, rank);
-    for (int i = 0; i < o.warmup; ++i) comm.allreduce(v);
+    // Warm-up and timed counts both shrink above 4 MiB, as in the baseline programs.
+    const int warmup = repeats_for_size(bytes, o.warmup);
+    for (int i = 0; i < warmup; ++i) comm.allreduce(v);
     const int repeats = repeats_for_size(bytes, o.repeats);
     std::vector<double> times;
     // As the baseline programs do: one barrier, then each operation timed alone, back to back.
@@ -324,7 +326,8 @@ void add_bench_allreduce(CLI::App& bench) {
   c->add_option("--peers", o->peers, "peers on 127.0.0.1")->capture_default_str();
   c->add_option("--sizes", o->sizes, "buffer sizes in bytes (K = KiB, M = MiB)")
       ->capture_default_str();
-  c->add_option("--warmup", o->warmup, "untimed operations per size")->capture_default_str();
+  c->add_option("--warmup", o->warmup, "untimed operations per size (fewer above 4 MiB)")
+      ->capture_default_str();
   c->add_option("--repeats", o->repeats, "timed operations per size (fewer above 4 MiB)")
       ->capture_default_str();
   c->add_option("--baseline", o->baseline, "gloo, mpi or gloo,mpi: run them in this command too");

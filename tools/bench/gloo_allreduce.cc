@@ -72,7 +72,8 @@ bool run_size(const std::shared_ptr<gloo::Context>& ctx, const Args& a, long lon
   opts.setTag(tag);
   opts.setTimeout(op_timeout(a));
 
-  for (int i = 0; i < a.warmup; ++i) gloo::allreduce(opts);
+  const int warmup = dpg_bench::repeats_for(bytes, a.warmup);  // scaled as the timed count
+  for (int i = 0; i < warmup; ++i) gloo::allreduce(opts);
   gloo::BarrierOptions barrier(ctx);
   barrier.setTag(tag);
   barrier.setTimeout(op_timeout(a));
