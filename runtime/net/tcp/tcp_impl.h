@@ -112,6 +112,7 @@ struct TcpTransport::Impl {
   // thread straight from a wait (no progress thread), which then needs no reactor round trip.
   bool pump(Conn& c);
   bool fill_stage(Conn& c);
+  std::size_t read_now(Conn& c, std::byte* into, std::size_t n);
   void arm(Conn& c);
   void stop_reading(Conn& c, const boost::system::error_code& ec);
   void on_header(Conn& c, const FrameHeader& h);

@@ -11,29 +11,33 @@
 #include "runtime/net/tcp/tcp_impl.h"
 
 namespace dpg::net {
-namespace {
-
 using boost::system::error_code;
-
-// Reads without blocking; returns the bytes read, 0 at the end of the stream, -1 when the
-// socket has nothing now (ec clear) or on an error (ec set).
-long read_some(Conn& c, std::byte* into, std::size_t n, error_code& ec) {
-  for (;;) {
-    const ssize_t got = ::recv(c.socket.native_handle(), into, n, MSG_DONTWAIT);
-    if (got >= 0) return got;
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      ec = error_code(errno, boost::system::system_category());
-    }
-    return -1;
-  }
-}
-
-}  // namespace
 
 void TcpTransport::Impl::stop_reading(Conn& c, const error_code& ec) {
   c.reading = Conn::Reading::stopped;
   lost(c, "receiving", ec);
+}
+
+// Reads without blocking. Returns the bytes read; 0 when none came, and then a readiness wait is
+// armed (the socket is empty) or reading has stopped (end of stream or an error).
+std::size_t TcpTransport::Impl::read_now(Conn& c, std::byte* into, std::size_t n) {
+  for (;;) {
+    const ssize_t got = ::recv(c.socket.native_handle(), into, n, MSG_DONTWAIT);
+    if (got > 0) {
+      heard_from(c);
+      return static_cast<std::size_t>(got);
+    }
+    if (got == 0) {
+      stop_reading(c, boost::asio::error::eof);
+    } else if (errno == EINTR) {
+      continue;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      arm(c);
+    } else {
+      stop_reading(c, error_code(errno, boost::system::system_category()));
+    }
+    return 0;
+  }
 }
 
 void TcpTransport::Impl::arm(Conn& c) {
@@ -60,27 +64,14 @@ bool TcpTransport::Impl::fill_stage(Conn& c) {
   if (c.recv_head != kNone && ops.slot(c.recv_head).size > Conn::kStageBytes - kHeaderBytes) {
     want = kHeaderBytes - c.stage_end;
   }
-  error_code ec;
-  const long got = read_some(c, c.stage.get() + c.stage_end, want, ec);
-  if (got > 0) {
-    c.stage_end += static_cast<std::size_t>(got);
-    heard_from(c);
-    return true;
-  }
-  if (got == 0) {
-    stop_reading(c, boost::asio::error::eof);
-  } else if (ec) {
-    stop_reading(c, ec);
-  } else {
-    arm(c);
-  }
-  return false;
+  const std::size_t got = read_now(c, c.stage.get() + c.stage_end, want);
+  c.stage_end += got;
+  return got > 0;
 }
 
 bool TcpTransport::Impl::pump(Conn& c) {
   bool completed = false;
   for (;;) {
-    if (ops.poisoned() && c.reading != Conn::Reading::abort_text) return completed;
     switch (c.reading) {
       case Conn::Reading::stopped:
       case Conn::Reading::parked:
@@ -114,22 +105,11 @@ bool TcpTransport::Impl::pump(Conn& c) {
           c.left -= staged;
         }
         if (c.left > 0) {
-          error_code ec;
-          const long got = read_some(c, c.dst, c.left, ec);
-          if (got > 0) {
-            heard_from(c);
-            c.dst += got;
-            c.left -= static_cast<std::size_t>(got);
-            continue;
-          }
-          if (got == 0) {
-            stop_reading(c, boost::asio::error::eof);
-          } else if (ec) {
-            stop_reading(c, ec);
-          } else {
-            arm(c);
-          }
-          return completed;
+          const std::size_t got = read_now(c, c.dst, c.left);
+          if (got == 0) return completed;
+          c.dst += got;
+          c.left -= got;
+          continue;
         }
         if (c.reading == Conn::Reading::abort_text) {
           // Nothing is read after an abort: the peer is going away.

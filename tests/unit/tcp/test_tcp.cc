@@ -131,6 +131,10 @@ TEST_CASE("a stalled peer makes the others time out naming the peer and the roun
   CHECK(named);
   CHECK(errors[0] != "");
   CHECK(errors[1] != "");
+  // Each of the two hears the other's reason, also the one that failed first, whose reader must
+  // go on after its own failure.
+  CHECK(errors[0].find("peer 1 reports:") != std::string::npos);
+  CHECK(errors[1].find("peer 0 reports:") != std::string::npos);
 }
 
 TEST_CASE("a peer that stops early makes the others fail at once, naming it") {

@@ -172,23 +172,29 @@ TEST_CASE("wire: frames split anywhere, run together and ahead of their receives
   }
 }
 
-TEST_CASE("wire: a frame longer than its receive is refused before it is read, naming the peer") {
-  std::vector<std::byte> small(10);
+// Rank 0 posts one receive into `buf` and waits; returns the error it failed with ("" if none).
+std::string wait_error(std::vector<std::byte>& buf, const std::function<void(FakePeer&)>& peer) {
   std::string error;
   with_fake_peer(
       false,
       [&](TcpTransport& t) {
-        auto h = t.recv(1, kTagA, small);
+        auto h = t.recv(1, kTagA, buf);
         try {
           t.wait(h);
         } catch (const dpg::Error& e) {
           error = e.what();
         }
       },
-      [&](FakePeer& p) {
-        const auto f = FakePeer::data(kTagA, pattern(1000, 4));
-        p.write(f.data(), f.size());
-      });
+      peer);
+  return error;
+}
+
+TEST_CASE("wire: a frame longer than its receive is refused before it is read, naming the peer") {
+  std::vector<std::byte> small(10);
+  const std::string error = wait_error(small, [](FakePeer& p) {
+    const auto f = FakePeer::data(kTagA, pattern(1000, 4));
+    p.write(f.data(), f.size());
+  });
   CHECK(error.find("peer 1 sent 1000 bytes") != std::string::npos);
   CHECK(error.find("expects 10") != std::string::npos);
   CHECK(small == std::vector<std::byte>(10));  // nothing was written into it
@@ -196,41 +202,19 @@ TEST_CASE("wire: a frame longer than its receive is refused before it is read, n
 
 TEST_CASE("wire: a malformed header fails the wait, naming the peer") {
   std::vector<std::byte> buf(16);
-  std::string error;
-  with_fake_peer(
-      false,
-      [&](TcpTransport& t) {
-        auto h = t.recv(1, kTagA, buf);
-        try {
-          t.wait(h);
-        } catch (const dpg::Error& e) {
-          error = e.what();
-        }
-      },
-      [&](FakePeer& p) {
-        const auto junk = pattern(dpg::net::kHeaderBytes, 5);
-        p.write(junk.data(), junk.size());
-      });
+  const std::string error = wait_error(buf, [](FakePeer& p) {
+    const auto junk = pattern(dpg::net::kHeaderBytes, 5);
+    p.write(junk.data(), junk.size());
+  });
   CHECK(error.find("peer 1 sent a malformed frame") != std::string::npos);
 }
 
 TEST_CASE("wire: a stream cut off inside a payload fails the wait, naming the peer") {
   std::vector<std::byte> buf(5000);
-  std::string error;
-  with_fake_peer(
-      false,
-      [&](TcpTransport& t) {
-        auto h = t.recv(1, kTagA, buf);
-        try {
-          t.wait(h);
-        } catch (const dpg::Error& e) {
-          error = e.what();
-        }
-      },
-      [&](FakePeer& p) {
-        const auto f = FakePeer::data(kTagA, pattern(buf.size(), 6));
-        p.write(f.data(), f.size() / 2);
-        p.close();
-      });
+  const std::string error = wait_error(buf, [&](FakePeer& p) {
+    const auto f = FakePeer::data(kTagA, pattern(buf.size(), 6));
+    p.write(f.data(), f.size() / 2);
+    p.close();
+  });
   CHECK(error.find("connection to peer 1 lost while receiving") != std::string::npos);
 }
