@@ -1,6 +1,7 @@
 // Private to runtime/net/tcp: the state behind TcpTransport. Everything in Conn is touched only
-// by the I/O thread (or by the constructor before that thread starts), except the atomics, which
-// the waiting thread reads to tell a silent peer from a busy one.
+// by the thread that runs the I/O (the progress thread when there is one, else the one thread
+// that uses the transport), except the atomics, which the waiting thread reads to tell a silent
+// peer from a busy one.
 #pragma once
 
 #include <utility>  // Boost 1.74's Asio needs std::exchange declared first under g++ 12

@@ -1,5 +1,6 @@
-// The I/O engine: per connection one reader and one writer, all on the I/O thread. The training
-// thread only posts operations and waits on their slots.
+// The I/O engine: per connection one reader (tcp_reader.cc) and one writer. With the progress
+// thread they run on it and the training thread only posts operations and waits on their slots;
+// without it (the default) the thread that posts or waits runs them itself.
 #include "runtime/net/tcp/tcp_transport.h"
 
 #include <sys/socket.h>
