@@ -185,20 +185,24 @@ const AllreduceRow* find_row(const std::vector<AllreduceRow>& rows, const std::s
   return nullptr;
 }
 
-// dpgossip's bus bandwidth over a baseline's ("best": the better of those run), per round.
+// The backend name a baseline's rows carry.
+std::string backend_of(const std::string& baseline) {
+  return baseline == "mpi" ? "openmpi" : baseline;
+}
+
+// dpgossip's bus bandwidth over a baseline's ("best": the better of those run), per round, and
+// the median and range over rounds.
 struct Ratio {
   std::string over;  // "gloo", "mpi" or "best"
   long long bytes = 0;
   std::vector<double> per_round;
+  double median = 0, min = 0, max = 0;
 };
 
 std::string ratio_text(const Ratio& r) {
   std::ostringstream os;
-  os << std::fixed << std::setprecision(2) << median(r.per_round);
-  if (r.per_round.size() > 1) {
-    const auto [lo, hi] = std::minmax_element(r.per_round.begin(), r.per_round.end());
-    os << " (" << *lo << "-" << *hi << ")";
-  }
+  os << std::fixed << std::setprecision(2) << r.median;
+  if (r.per_round.size() > 1) os << " (" << r.min << "-" << r.max << ")";
   return os.str();
 }
 
@@ -246,7 +250,7 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
   // neither side always follows the other. Rows are medians over rounds; each ratio is taken
   // within a round, between runs a few seconds apart, then its median over rounds is reported.
   std::vector<std::string> backends = {"dpgossip"};
-  for (const auto& b : baselines) backends.push_back(b == "mpi" ? "openmpi" : b);
+  for (const auto& b : baselines) backends.push_back(backend_of(b));
   std::vector<std::vector<AllreduceRow>> by_round;
   for (int round = 0; round < o.rounds; ++round) {
     std::vector<AllreduceRow> rows;
@@ -291,22 +295,24 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
         double theirs = 0;
         for (const auto& b : baselines) {
           if (over != "best" && over != b) continue;
-          const AllreduceRow* r = find_row(round, b == "mpi" ? "openmpi" : b, bytes);
+          const AllreduceRow* r = find_row(round, backend_of(b), bytes);
           theirs = std::max(theirs, r->busbw_GBps);
         }
         const double mine = find_row(round, "dpgossip", bytes)->busbw_GBps;
         q.per_round.push_back(theirs > 0 ? mine / theirs : 0.0);
       }
+      q.median = median(q.per_round);
+      const auto [lo, hi] = std::minmax_element(q.per_round.begin(), q.per_round.end());
+      q.min = *lo;
+      q.max = *hi;
       ratios.push_back(q);
     }
   }
   if (o.json) {
     for (const auto& r : rows) std::cout << to_json(r).dump() << "\n";
     for (const auto& q : ratios) {
-      const auto [lo, hi] = std::minmax_element(q.per_round.begin(), q.per_round.end());
-      std::cout << Json{{"ratio", "busbw/" + q.over}, {"bytes", q.bytes},
-                        {"median", median(q.per_round)}, {"min", *lo}, {"max", *hi},
-                        {"rounds", q.per_round.size()}}.dump()
+      std::cout << Json{{"ratio", "busbw/" + q.over}, {"bytes", q.bytes}, {"median", q.median},
+                        {"min", q.min}, {"max", q.max}, {"rounds", q.per_round.size()}}.dump()
                 << "\n";
     }
   } else {

@@ -107,6 +107,7 @@ struct TcpTransport::Impl {
   void enqueue_send(uint32_t index);
   void enqueue_recv(uint32_t index);
   void start_write(Conn& c);
+  void send_done(Conn& c);
   // Reads what the socket has, without blocking, into posted receives (tcp_reader.cc); when it
   // runs dry it leaves a readiness wait armed in the reactor, so that the next byte calls it
   // again. Returns whether it completed a receive. Called by the reactor, and on the waiting

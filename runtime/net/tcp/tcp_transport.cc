@@ -124,6 +124,14 @@ void TcpTransport::Impl::enqueue_send(uint32_t index) {
   if (!c.writing) start_write(c);
 }
 
+// The send at the head of the queue is all written: it completes and leaves the queue.
+void TcpTransport::Impl::send_done(Conn& c) {
+  const uint32_t done = c.send_head;
+  c.send_head = ops.slot(done).next;
+  if (c.send_head == kNone) c.send_tail = kNone;
+  ops.complete(done);
+}
+
 void TcpTransport::Impl::start_write(Conn& c) {
   if (ops.poisoned() && !c.control_pending) return;
   // Sends go out straight away while the socket takes them; the reactor finishes the rest.
@@ -133,27 +141,18 @@ void TcpTransport::Impl::start_write(Conn& c) {
     const std::size_t wrote = write_now(c.socket, s, ec);
     if (ec) return lost(c, "sending", ec);
     if (wrote == kHeaderBytes + s.size) {
-      const uint32_t done = c.send_head;
-      c.send_head = s.next;
-      if (c.send_head == kNone) c.send_tail = kNone;
-      ops.complete(done);
+      send_done(c);
       continue;
     }
     c.writing = true;
     std::array<asio::const_buffer, 2> bufs = {asio::buffer(s.header), asio::buffer(s.data, s.size)};
-    if (wrote < kHeaderBytes) {
-      bufs[0] += wrote;
-    } else {
-      bufs = {asio::const_buffer(), asio::buffer(s.data + (wrote - kHeaderBytes),
-                                                 s.size - (wrote - kHeaderBytes))};
-    }
+    const std::size_t of_header = std::min(wrote, kHeaderBytes);
+    bufs[0] += of_header;
+    bufs[1] += wrote - of_header;
     asio::async_write(c.socket, bufs, [this, &c](error_code ec, std::size_t) {
       c.writing = false;
       if (ec) return lost(c, "sending", ec);
-      uint32_t done = c.send_head;
-      c.send_head = ops.slot(done).next;
-      if (c.send_head == kNone) c.send_tail = kNone;
-      ops.complete(done);
+      send_done(c);
       start_write(c);
     });
     return;
