@@ -22,6 +22,7 @@
 #include "runtime/data/peer_data.h"
 #include "runtime/net/hosts.h"
 #include "runtime/net/tcp/tcp_transport.h"
+#include "runtime/train/algorithm.h"
 #include "runtime/train/trainer.h"
 
 namespace dpg::app {
@@ -160,9 +161,11 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   const Peers peers = peers_for(c, flags);
   // One voice per run: other ranks report only warnings and errors.
   if (peers.rank != 0 && log::level() > log::Level::warn) log::set_level(log::Level::warn);
-  const bool gossip = c.algo == "gossip" && peers.world() > 1;
+  const train::AlgoInfo& algo = train::algo_info(c.algo);
   std::vector<train::GossipPhase> phases;
-  if (gossip) phases = gossip_phases(c, peers.world(), peers.hosts.topology);
+  if (c.algo == "gossip" && peers.world() > 1) {
+    phases = gossip_phases(c, peers.world(), peers.hosts.topology);
+  }
   std::optional<net::TcpTransport> transport;
   std::optional<collective::Communicator> comm;
   if (peers.world() > 1) {
@@ -173,14 +176,14 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
     t.config_hash = shared_settings_hash(c) ^ (peers.hosts.topology.is_null()
                                                    ? 0
                                                    : fnv1a64(peers.hosts.topology.dump()));
-    // Gossip overlaps the exchange with the gradient, so the I/O needs a thread of its own.
-    t.progress_thread = gossip;
+    // An algorithm that overlaps communication with computation needs an I/O thread.
+    t.progress_thread = algo.overlaps;
     const collective::Options copt;
-    // The collectives' peers (the initial broadcast, evaluation and metrics), plus for gossip
-    // the neighbours of every graph of the run.
+    // The collectives' peers (the initial broadcast, evaluation and metrics), plus the
+    // algorithm's own (gossip: the neighbours of every graph of the run).
     std::set<int> talk_to;
     for (int p : collective::peers_needed(peers.rank, peers.world(), copt)) talk_to.insert(p);
-    for (int p : gossip_neighbours(phases, peers.rank)) talk_to.insert(p);
+    for (int p : algo.peers(c, peers.rank, peers.world(), phases)) talk_to.insert(p);
     transport.emplace(peers.hosts, peers.rank, std::vector<int>(talk_to.begin(), talk_to.end()),
                       t);
     comm.emplace(*transport, copt);
@@ -208,7 +211,8 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
         if (reporter) metrics_line(r.to_json(), "consensus");
       });
   if (!reporter) return;
-  Json s = summary.to_json(c);
+  const dp::PrivacyPlan& plan = trainer.plan();
+  Json s = summary.to_json(c, plan);
   s["run"] = run;
   if (!c.metrics.empty()) {
     Json line = s;
@@ -222,17 +226,18 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   std::cout << "test accuracy " << 100 * summary.test_accuracy << "%, epsilon "
             << (c.dp ? std::to_string(summary.epsilon) : std::string("inf (no DP)"))
             << " at delta " << c.delta;
-  if (c.dp && gossip) {
-    std::cout << " for the worst peer's data (gossip on " << summary.topology << ", rho "
-              << summary.rho << ", local noise)";
-  } else if (c.dp && peers.world() > 1) {
-    std::cout << " for the model (" << c.noise_mode << " noise); epsilon "
-              << summary.message_epsilon << " for any one peer's messages";
+  if (c.dp && plan.peers > 1) {
+    std::cout << " for the model (" << c.algo << ", " << plan.noise_mode
+              << " noise; the worst peer's data); epsilon " << summary.message_epsilon
+              << " for any one peer's messages";
+  }
+  if (s.contains("rho") && s["topology"] != c.algo) {
+    std::cout << " (graph " << s["topology"].get<std::string>() << ", rho "
+              << s["rho"].get<double>() << ")";
   }
   std::cout << ", " << summary.peers << " peer" << (summary.peers > 1 ? "s" : "")
-            << ", noise multiplier " << summary.noise_multiplier
-            << ", " << summary.steps << " steps, " << summary.samples_per_second
-            << " samples/s\n";
+            << ", noise multiplier " << plan.model_sigma << ", " << summary.steps << " steps, "
+            << summary.samples_per_second << " samples/s\n";
 }
 
 }  // namespace

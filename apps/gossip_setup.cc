@@ -107,14 +107,4 @@ std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world,
   return phases;
 }
 
-std::vector<int> gossip_neighbours(const std::vector<train::GossipPhase>& phases, int rank) {
-  if (phases.empty()) return {};  // not gossip
-  // Only the graphs matter here, not when each starts: number the phases in their order.
-  std::vector<topology::Schedule::Phase> all;
-  for (const auto& p : phases) {
-    all.push_back(topology::Schedule::phase(static_cast<long long>(all.size()), p.label, p.period));
-  }
-  return topology::Schedule(std::move(all)).peers_of(rank);
-}
-
 }  // namespace dpg::app

@@ -15,7 +15,4 @@ namespace dpg::app {
 std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world,
                                               const Json& hosts_topology = Json());
 
-// Every peer `rank` exchanges models with in any phase (ascending, without rank).
-std::vector<int> gossip_neighbours(const std::vector<train::GossipPhase>& phases, int rank);
-
 }  // namespace dpg::app

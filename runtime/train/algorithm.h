@@ -1,0 +1,107 @@
+// A distributed DP-SGD algorithm: what happens to a peer's privatised gradient and its model in a
+// step. The trainer's step is the same for every algorithm and reads top to bottom:
+//
+//   algorithm.before_gradient(t, params)        gossip: the pre-step model starts for the neighbours
+//   sample, forward, backward with per-example norms, clip and noise   -> mine (a PrivateGradient)
+//     (with streams_gradient(), each layer's released part also goes to on_gradient_part() as soon
+//      as it is ready, last layer first, so that sending overlaps the rest of the backward pass)
+//   algorithm.apply(t, mine, params, sgd)       exchange and update: sum then step, mix then step, ...
+//   account (the privacy plan's accountant, once per step)
+//
+// and around the loop: release() at every evaluation (the model that is reported), finish() after
+// the last step. An algorithm sees only privatised gradients (dp::PrivateGradient) and models
+// updated from them, so nothing it sends can depend on an un-noised gradient.
+//
+// Adding an algorithm: write a class deriving from Algorithm in its own file (algo_*.cc), give it
+// a line in the table in algorithm.cc (its name, how its noise reaches the model, whether its
+// transport must move data while the peer computes, which peers it talks to, and its factory),
+// and a value in TrainConfig's `algo`. Nothing in the trainer changes.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dp/mechanism.h"
+#include "dp/privacy_plan.h"
+#include "runtime/collective/communicator.h"
+#include "runtime/core/json_io.h"
+#include "runtime/core/train_config.h"
+#include "runtime/train/gossip.h"
+#include "runtime/train/optimizer.h"
+
+namespace dpg::train {
+
+// What an algorithm is built from. References stay valid for the algorithm's life.
+struct AlgoSetup {
+  const TrainConfig& config;
+  collective::Communicator* comm;           // null when the run has one peer
+  const dp::PrivacyPlan& plan;
+  dp::GaussianMechanism& mechanism;         // released this peer's gradient
+  std::size_t num_params;
+  const std::vector<GossipPhase>& phases;   // the graphs of the run (graph-based algorithms)
+  double steps_per_epoch;                   // 1 / q
+};
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+
+  // Before the step's gradient is computed at `params` (which stay unchanged until apply()).
+  virtual void before_gradient(long long /*t*/, std::span<const float> /*params*/) {}
+
+  // Whether the gradient should be handed over layer by layer as it is released.
+  virtual bool streams_gradient() const { return false; }
+  // One released layer of step t's gradient: values [offset, offset + part.size()) of the whole.
+  virtual void on_gradient_part(long long /*t*/, const dp::PrivateGradient& /*part*/,
+                                std::size_t /*offset*/) {}
+
+  // Exchanges this peer's released gradient (or model) and updates `params`.
+  virtual void apply(long long t, const dp::PrivateGradient& mine, std::span<float> params,
+                     Sgd& sgd) = 0;
+
+  // After the last step (a last synchronisation, stopping servers). Every peer calls it.
+  virtual void finish(std::span<float> /*params*/) {}
+
+  // The model reported at an evaluation, from this peer's `mine` (its iterate or average) into
+  // `out`; collective (every peer calls it at the same evaluation). Default: `mine` itself, for
+  // algorithms whose replicas agree after every step.
+  virtual void release(std::span<const float> mine, std::span<float> out);
+
+  // Whether the peers' models differ between synchronisations: then the epoch lines carry the
+  // consensus distance and each peer's own model's accuracy, and the released model is their mean.
+  virtual bool replicas_differ() const { return false; }
+
+  // Algorithm-specific fields of the metrics lines (gossip: the graph in force and its rho) after
+  // `t` steps; `summary` for the run's summary.
+  virtual void annotate(Json& /*line*/, long long /*t*/, bool /*summary*/) const {}
+
+ protected:
+  // The mean over every peer of `mine`, into `out`.
+  static void mean_over_peers(collective::Communicator& comm, std::span<const float> mine,
+                              std::span<float> out);
+};
+
+// The table every algorithm has one line in.
+struct AlgoInfo {
+  const char* name;                 // the value of `algo`
+  dp::Release release;              // how a peer's noise reaches the model (the privacy plan)
+  // The transport must move messages while the peer computes (an I/O thread): the algorithm
+  // overlaps communication with computation, or answers other peers asynchronously.
+  bool overlaps;
+  // The peers this rank exchanges messages with, beyond the collectives' own.
+  std::vector<int> (*peers)(const TrainConfig& c, int rank, int world,
+                            const std::vector<GossipPhase>& phases);
+  std::unique_ptr<Algorithm> (*make)(const AlgoSetup& setup);
+};
+
+// The line of `name`; throws invalid_argument listing the known names.
+const AlgoInfo& algo_info(const std::string& name);
+// The algorithm a run uses: config.algo's, or `single` when the run has one peer.
+std::unique_ptr<Algorithm> make_algorithm(const AlgoSetup& setup);
+// Every peer `rank` exchanges models with in any phase (ascending, without rank).
+std::vector<int> graph_neighbours(const std::vector<GossipPhase>& phases, int rank);
+
+}  // namespace dpg::train

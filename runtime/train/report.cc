@@ -1,0 +1,101 @@
+#include "runtime/train/report.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace dpg::train {
+namespace {
+
+// Null for an infinite or undefined value (DP off), since JSON has neither.
+Json finite_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
+
+void merge(Json& j, const Json& extra) {
+  for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
+}
+
+}  // namespace
+
+Json EpochReport::to_json() const {
+  Json j = {{"epoch", epoch},
+            {"step", step},
+            {"wall_s", wall_s},
+            {"loss", loss},
+            {"train_accuracy", train_accuracy},
+            {"test_accuracy", test_accuracy},
+            {"test_loss", test_loss},
+            {"epsilon", finite_or_null(epsilon)},
+            {"message_epsilon", finite_or_null(message_epsilon)},
+            {"samples_per_second", samples_per_second},
+            {"lr", lr}};
+  if (consensus_distance >= 0) {
+    j["consensus_distance"] = consensus_distance;
+    j["peer_test_accuracy"] = peer_test_accuracy;
+    j["peer_test_loss"] = peer_test_loss;
+  }
+  merge(j, extra);
+  return j;
+}
+
+Json ConsensusReport::to_json() const {
+  Json j = {{"step", round},
+            {"round", round},
+            {"epoch", epoch},
+            {"wall_s", wall_s},
+            {"consensus_distance", consensus_distance}};
+  if (eval_rows > 0) {
+    j["eval_rows"] = eval_rows;
+    j["test_accuracy"] = test_accuracy;
+    j["test_loss"] = test_loss;
+    j["peer_test_accuracy"] = peer_test_accuracy;
+    j["peer_test_loss"] = peer_test_loss;
+  }
+  merge(j, extra);
+  return j;
+}
+
+Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) const {
+  Json j = {{"test_accuracy", test_accuracy},
+            {"test_accuracy_last_iterate", test_accuracy_last_iterate},
+            {"epsilon", finite_or_null(epsilon)},
+            {"message_epsilon", finite_or_null(message_epsilon)},
+            {"peers", peers},
+            {"algo", c.algo},
+            {"noise_mode", plan.noise_mode},
+            {"peer_noise_multiplier", plan.peer_sigma},
+            {"best_alpha", finite_or_null(best_alpha)},
+            {"delta", c.delta},
+            {"dp", c.dp},
+            {"noise_multiplier", plan.model_sigma},
+            {"clip_norm", c.clip_norm},
+            {"sample_rate", plan.q},
+            {"sampling", c.sampling},
+            {"epochs", c.epochs},
+            {"steps", steps},
+            {"samples_per_second", samples_per_second},
+            {"wall_s", wall_s},
+            {"dropped_examples", dropped_examples},
+            {"topology", c.algo},
+            {"rho", 0.0},
+            {"spectral_gap", 1.0},
+            {"accountant", accountant},
+            {"config", dpg::to_json(c)}};
+  if (!peer_epsilons.empty()) j["peer_epsilons"] = peer_epsilons;
+  if (!peer_test_accuracy.empty()) j["peer_test_accuracy"] = peer_test_accuracy;
+  merge(j, extra);
+  if (c.dp && c.sampling != "poisson") {
+    j["epsilon_note"] = "epsilon assumes Poisson sampling; this run used fixed-size shuffled batches";
+  }
+  return j;
+}
+
+std::string progress_line(const EpochReport& r, int total_epochs) {
+  char buf[256];
+  const std::string eps = std::isfinite(r.epsilon) ? std::to_string(r.epsilon).substr(0, 6) : "inf";
+  std::snprintf(buf, sizeof buf,
+                "epoch %3d/%d  loss %.4f  train acc %.2f%%  test acc %.2f%%  eps %s  %.0f samples/s",
+                r.epoch, total_epochs, r.loss, 100 * r.train_accuracy, 100 * r.test_accuracy,
+                eps.c_str(), r.samples_per_second);
+  return buf;
+}
+
+}  // namespace dpg::train

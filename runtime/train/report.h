@@ -1,0 +1,71 @@
+// What a training run reports: one line per epoch, the consensus lines of algorithms whose
+// replicas differ, and the summary at the end; as JSON for the metrics file and as the
+// human-readable progress line. Epsilons come from the run's privacy plan (dp/privacy_plan.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dp/privacy_plan.h"
+#include "runtime/core/json_io.h"
+#include "runtime/core/train_config.h"
+
+namespace dpg::train {
+
+struct EpochReport {
+  int epoch = 0;
+  long long step = 0;
+  double wall_s = 0;             // since the start of training
+  double loss = 0;               // mean per-example training loss over the epoch's batches
+  double train_accuracy = 0;     // over the epoch's batches, before each update
+  double test_accuracy = 0;      // of the released model (the parameter average when on)
+  double test_loss = 0;
+  double epsilon = 0;            // the released model's, spent so far (infinite when DP is off)
+  double message_epsilon = 0;    // one peer's messages', spent so far
+  double samples_per_second = 0; // training throughput, evaluation excluded
+  double lr = 0;
+  // When the replicas differ (replicas_differ()): their spread and each peer's own model on the
+  // test split (consensus_distance < 0 and the lists empty otherwise).
+  double consensus_distance = -1;
+  std::vector<double> peer_test_accuracy, peer_test_loss;
+  Json extra = Json::object();   // the algorithm's own fields (gossip: topology, rho)
+  Json to_json() const;
+};
+
+// The consensus distance every `metrics_every` steps, when the replicas differ.
+struct ConsensusReport {
+  long long round = 0;      // steps taken
+  double epoch = 0;         // round * q
+  double wall_s = 0;
+  double consensus_distance = 0;
+  // With metrics_eval_rows > 0: the peers' mean model (test_*) and each peer's own iterate
+  // (peer_test_*) on the first eval_rows test rows.
+  long long eval_rows = 0;
+  double test_accuracy = 0, test_loss = 0;
+  std::vector<double> peer_test_accuracy, peer_test_loss;
+  Json extra = Json::object();
+  Json to_json() const;
+};
+
+struct TrainSummary {
+  double test_accuracy = 0;
+  double test_accuracy_last_iterate = 0;
+  double epsilon = 0;            // of the released model, for the worst peer's data
+  double message_epsilon = 0;    // of the worst peer's messages, against one who sees only those
+  double best_alpha = 0;
+  std::vector<double> peer_epsilons;  // each peer's, when peers sample at their own rates
+  int peers = 1;
+  long long steps = 0;
+  double samples_per_second = 0;
+  double wall_s = 0;
+  long long dropped_examples = 0;
+  std::vector<double> peer_test_accuracy;  // when the replicas differ: each peer's own model
+  Json accountant;               // the accountant's state, for a checkpoint
+  Json extra = Json::object();   // the algorithm's own fields
+  Json to_json(const TrainConfig& config, const dp::PrivacyPlan& plan) const;
+};
+
+// Prints a report as one human-readable progress line.
+std::string progress_line(const EpochReport& r, int total_epochs);
+
+}  // namespace dpg::train

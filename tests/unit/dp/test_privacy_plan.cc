@@ -1,0 +1,110 @@
+// The privacy plan: rates, per-peer noise and the epsilons it reports, against the accountant run
+// by hand and the closed relations between the modes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "dp/privacy_plan.h"
+#include "runtime/core/error.h"
+
+namespace dp = dpg::dp;
+
+namespace {
+
+dp::PlanInputs inputs(dp::Release release, std::vector<double> rows) {
+  dp::PlanInputs in;
+  in.release = release;
+  in.shard_rows = std::move(rows);
+  in.batch_size = 4096;
+  in.epochs = 10;
+  in.target_epsilon = 3;
+  in.delta = 1e-5;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("one peer: the plan is the accountant's calibration") {
+  const auto p = dp::plan_privacy(inputs(dp::Release::summed, {60000}));
+  CHECK(p.q == doctest::Approx(4096.0 / 60000).epsilon(1e-15));
+  CHECK(p.steps == dp::steps_for_epochs(10, 4096.0 / 60000));
+  CHECK(p.sigma == dp::calibrate_noise_multiplier(p.q, p.steps, 1e-5, 3));
+  CHECK(p.peer_sigma == p.sigma);
+  CHECK(p.model_sigma == p.sigma);
+  const auto end = p.model_after(p.steps);
+  CHECK(end.epsilon <= 3.0);
+  CHECK(end.epsilon > 2.99);
+  CHECK(p.model_after(0).epsilon == 0.0);
+}
+
+TEST_CASE("summed, distributed noise: the sum carries sigma, each message sigma / sqrt(N)") {
+  auto in = inputs(dp::Release::summed, {15000, 15000, 15000, 15000});
+  const auto p = dp::plan_privacy(in);
+  CHECK(p.noise_mode == "distributed");
+  CHECK(p.peer_sigma == doctest::Approx(p.sigma / 2));
+  CHECK(p.model_sigma == p.sigma);
+  CHECK(p.message_sigma == p.peer_sigma);
+  for (double qj : p.peer_q) CHECK(qj == p.q);
+  for (double b : p.peer_batch) CHECK(b == 4096);
+  CHECK(p.model_after(p.steps).epsilon <= 3.0);
+  // Each message alone carries half the noise: far more than 3.
+  CHECK(p.messages_after(p.steps).epsilon > 6.0);
+}
+
+TEST_CASE("summed, local noise: each message carries sigma, the sum sigma * sqrt(N)") {
+  auto in = inputs(dp::Release::summed, {15000, 15000, 15000, 15000});
+  in.distributed_noise = false;
+  const auto p = dp::plan_privacy(in);
+  CHECK(p.noise_mode == "local");
+  CHECK(p.peer_sigma == p.sigma);
+  CHECK(p.model_sigma == doctest::Approx(2 * p.sigma));
+  CHECK(p.messages_after(p.steps).epsilon <= 3.0);
+  CHECK(p.model_after(p.steps).epsilon < p.messages_after(p.steps).epsilon);
+}
+
+TEST_CASE("own release: each peer samples its own shard and the worst rate sets sigma") {
+  auto in = inputs(dp::Release::own, {10000, 20000, 15000, 15000});
+  in.distributed_noise = true;  // ignored: nothing sums the noise
+  const auto p = dp::plan_privacy(in);
+  CHECK(p.noise_mode == "local");
+  CHECK(p.worst_peer == 0);
+  CHECK(p.peer_q[0] == doctest::Approx(1024.0 / 10000));
+  CHECK(p.peer_q[1] == doctest::Approx(1024.0 / 20000));
+  for (double b : p.peer_batch) CHECK(b == 1024);
+  CHECK(p.peer_sigma == p.sigma);
+  CHECK(p.model_sigma == p.sigma);
+  CHECK(p.sigma == dp::calibrate_noise_multiplier(1024.0 / 10000, p.steps, 1e-5, 3));
+  const auto eps = p.peer_epsilons_after(p.steps);
+  REQUIRE(eps.size() == 4);
+  CHECK(eps[0] == p.model_after(p.steps).epsilon);
+  CHECK(eps[1] < eps[0]);
+  CHECK(eps[2] == eps[3]);
+  // The accountant the trainer steps agrees with the plan.
+  dp::RdpAccountant acc;
+  for (long long t = 0; t < p.steps; ++t) acc.step(p.accountant_q(), p.model_sigma);
+  CHECK(acc.spent(1e-5).epsilon == doctest::Approx(p.model_after(p.steps).epsilon).epsilon(1e-12));
+}
+
+TEST_CASE("a given noise multiplier is used as is; without DP every epsilon is infinite") {
+  auto in = inputs(dp::Release::summed, {30000, 30000});
+  in.noise_multiplier = 1.5;
+  const auto p = dp::plan_privacy(in);
+  CHECK(p.sigma == 1.5);
+  CHECK(p.peer_sigma == doctest::Approx(1.5 / std::sqrt(2.0)));
+  in.dp = false;
+  const auto off = dp::plan_privacy(in);
+  CHECK(std::isinf(off.model_after(off.steps).epsilon));
+  CHECK(std::isinf(off.peer_epsilons_after(off.steps)[1]));
+  CHECK(off.peer_sigma == 0);
+}
+
+TEST_CASE("impossible plans are refused naming the cause") {
+  auto in = inputs(dp::Release::own, {100, 60000});
+  CHECK_THROWS_WITH_AS(dp::plan_privacy(in), doctest::Contains("exceeds peer 0's"), dpg::Error);
+  in = inputs(dp::Release::summed, {1000, 1000});
+  CHECK_THROWS_WITH_AS(dp::plan_privacy(in), doctest::Contains("exceeds the"), dpg::Error);
+  in = inputs(dp::Release::summed, {1000, 0});
+  CHECK_THROWS_WITH_AS(dp::plan_privacy(in), doctest::Contains("peer 1's training shard is empty"),
+                       dpg::Error);
+}

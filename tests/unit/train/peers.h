@@ -1,0 +1,74 @@
+// Runs a Trainer on every peer of an in-process world (one thread per peer), for the algorithms'
+// unit tests: each peer trains on its own slice of a synthetic data set and reports its summary
+// and its final model.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/collective/communicator.h"
+#include "runtime/core/rng.h"
+#include "runtime/core/train_config.h"
+#include "runtime/data/dataset.h"
+#include "runtime/net/inproc/inproc_transport.h"
+#include "runtime/train/trainer.h"
+
+namespace dpg::test {
+
+// Two Gaussian blobs per class in 8 dimensions: easy to learn, even with noise.
+inline data::Dataset blobs(std::size_t n, std::uint64_t seed) {
+  data::Dataset d;
+  d.rows = n;
+  d.cols = 8;
+  d.num_classes = 3;
+  Rng rng(seed);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto label = static_cast<std::int32_t>(rng.below(3));
+    d.labels.push_back(label);
+    for (std::size_t j = 0; j < 8; ++j) {
+      const double centre = (static_cast<std::size_t>(label) == j % 3) ? 2.0 : 0.0;
+      d.features.push_back(static_cast<float>(centre + 0.5 * rng.normal()));
+    }
+  }
+  return d;
+}
+
+struct PeerResult {
+  train::TrainSummary summary;
+  std::vector<float> params;
+  std::vector<train::EpochReport> epochs;
+  std::string error;  // the peer's exception, "" when it finished
+};
+
+// Every peer gets `rows_per_peer` rows of its own (seeded by rank) and the same test split.
+// `phases` are the graphs for graph-based algorithms. `timeout` bounds every wait.
+inline std::vector<PeerResult> run_peers(
+    int world, const TrainConfig& c, std::size_t rows_per_peer,
+    const std::vector<train::GossipPhase>& phases = {},
+    std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  net::InprocFabric fabric(world, timeout);
+  std::vector<PeerResult> out(static_cast<std::size_t>(world));
+  const data::Dataset test = blobs(300, 999);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      PeerResult& res = out[static_cast<std::size_t>(r)];
+      try {
+        collective::Communicator comm(fabric.peer(r));
+        data::Prepared d{blobs(rows_per_peer, 100 + static_cast<std::uint64_t>(r)), test, {}};
+        train::Trainer t(c, std::move(d), &comm, phases);
+        res.summary = t.run([&](const train::EpochReport& e) { res.epochs.push_back(e); });
+        res.params.assign(t.params().begin(), t.params().end());
+      } catch (const std::exception& e) {
+        res.error = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+}  // namespace dpg::test

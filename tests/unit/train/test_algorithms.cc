@@ -1,0 +1,78 @@
+// The algorithm interface through the whole Trainer, on in-process peers: the table, the privacy
+// plan each algorithm gets, and the replicas' agreement that each algorithm promises.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "runtime/core/error.h"
+#include "runtime/train/algorithm.h"
+#include "tests/unit/train/peers.h"
+#include "topology/generators.h"
+
+namespace {
+
+using namespace dpg;
+
+TrainConfig small_config(const std::string& algo) {
+  TrainConfig c;
+  c.algo = algo;
+  c.hidden = {16};
+  c.epochs = 3;
+  c.batch_size = 160;
+  c.lr = 1.0;
+  c.noise_multiplier = 0.8;
+  c.threads = 1;
+  c.noise_seed = 7;
+  c.ema_decay = 0;
+  c.metrics = "";
+  c.metrics_every = 0;
+  return c;
+}
+
+std::vector<train::GossipPhase> ring_phases(int world) {
+  topology::GraphSpec spec;
+  spec.kind = "ring";
+  spec.peers = world;
+  train::GossipPhase p;
+  p.label = "ring";
+  p.period = topology::make(spec);
+  return {p};
+}
+
+}  // namespace
+
+TEST_CASE("the table names every algorithm and refuses an unknown one") {
+  for (const char* name : {"single", "allreduce", "gossip"}) {
+    CHECK(std::string(train::algo_info(name).name) == name);
+  }
+  CHECK(train::algo_info("gossip").release == dp::Release::own);
+  CHECK(train::algo_info("allreduce").release == dp::Release::summed);
+  CHECK_THROWS_WITH_AS(train::algo_info("nope"), doctest::Contains("known: single, allreduce"),
+                       Error);
+}
+
+TEST_CASE("all-reduce: every replica ends bit for bit equal, and learns") {
+  const auto peers = test::run_peers(4, small_config("allreduce"), 400);
+  for (const auto& p : peers) REQUIRE(p.error == "");
+  for (const auto& p : peers) CHECK(p.params == peers[0].params);
+  CHECK(peers[0].summary.test_accuracy > 0.8);
+  CHECK(peers[0].summary.peer_epsilons.empty());
+  // Distributed noise: the model's epsilon is below one peer's messages'.
+  CHECK(peers[0].summary.epsilon < peers[0].summary.message_epsilon);
+}
+
+TEST_CASE("gossip: the replicas differ, every epoch line and the summary agree on epsilon") {
+  const auto peers = test::run_peers(4, small_config("gossip"), 400, ring_phases(4));
+  for (const auto& p : peers) REQUIRE(p.error == "");
+  CHECK(peers[0].params != peers[1].params);
+  const auto& s = peers[0].summary;
+  CHECK(s.test_accuracy > 0.8);
+  REQUIRE(s.peer_epsilons.size() == 4);
+  CHECK(s.epsilon == *std::max_element(s.peer_epsilons.begin(), s.peer_epsilons.end()));
+  CHECK(s.message_epsilon == s.epsilon);  // local noise: the messages are the models
+  // The last epoch line reports what the summary reports (both from the plan's accountant).
+  CHECK(peers[0].epochs.back().epsilon == s.epsilon);
+  CHECK(peers[0].epochs.back().consensus_distance > 0);
+  CHECK(peers[0].epochs.back().peer_test_accuracy.size() == 4);
+  CHECK(s.extra["topology"] == "ring");
+}
