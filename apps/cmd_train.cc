@@ -163,7 +163,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   if (peers.rank != 0 && log::level() > log::Level::warn) log::set_level(log::Level::warn);
   const train::AlgoInfo& algo = train::algo_info(c.algo);
   std::vector<train::GossipPhase> phases;
-  if (c.algo == "gossip" && peers.world() > 1) {
+  if (algo.uses_graph && peers.world() > 1) {
     phases = gossip_phases(c, peers.world(), peers.hosts.topology);
   }
   std::optional<net::TcpTransport> transport;

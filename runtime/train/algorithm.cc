@@ -18,11 +18,11 @@ std::vector<int> neighbours(const TrainConfig&, int rank, int,
   return graph_neighbours(phases, rank);
 }
 
-// One line per algorithm: name, release, overlaps, peers, factory.
+// One line per algorithm: name, release, overlaps, uses_graph, peers, factory.
 const AlgoInfo kAlgorithms[] = {
-    {"single", dp::Release::summed, false, no_peers, make_single},
-    {"allreduce", dp::Release::summed, false, no_peers, make_allreduce},
-    {"gossip", dp::Release::own, true, neighbours, make_gossip},
+    {"single", dp::Release::summed, false, false, no_peers, make_single},
+    {"allreduce", dp::Release::summed, false, false, no_peers, make_allreduce},
+    {"gossip", dp::Release::own, true, true, neighbours, make_gossip},
 };
 
 }  // namespace

@@ -91,6 +91,8 @@ struct AlgoInfo {
   // The transport must move messages while the peer computes (an I/O thread): the algorithm
   // overlaps communication with computation, or answers other peers asynchronously.
   bool overlaps;
+  // It runs on the graphs of `topology` and `topology_schedule` (AlgoSetup::phases).
+  bool uses_graph;
   // The peers this rank exchanges messages with, beyond the collectives' own.
   std::vector<int> (*peers)(const TrainConfig& c, int rank, int world,
                             const std::vector<GossipPhase>& phases);
