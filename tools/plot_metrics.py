@@ -52,8 +52,7 @@ def plot(runs, out, title=None):
         color = f"C{i % 10}"
         for (row, col), (xkey, ykey) in PANELS.items():
             drawn |= draw_curve(axes[row][col], run, xkey, ykey, color)
-        if run.algo == "gossip":
-            draw_peer_band(axes[0][1], run, color)
+        draw_peer_band(axes[0][1], run, color)  # runs whose replicas differ report each peer
     if not drawn:
         raise metrics.NoData("no epoch line with a test loss or accuracy in the runs: "
                              f"{', '.join(runs) or 'none'}")

@@ -11,8 +11,8 @@ The sweep file (docs/TOOLS.md has the full format):
             "peers": [8], "seed": [1]},
    "runs": [{"algo": "gossip", "topology": "torus", "peers": 16, "seed": 2,
              "args": ["--lr", "0.5"]}]}
-The runs are the cartesian product of "grid" (topology applies to gossip only: other algos run
-once per peers x seed) followed by the "runs" list. Each is run from the current folder as
+The runs are the cartesian product of "grid" (topology applies to the graph algorithms, gossip
+and ad-psgd, only: other algos run once per peers x seed) followed by the "runs" list. Each is run from the current folder as
   BINARY launch --peers P -- train --algo A [--topology T] --seed S --run-name NAME \\
       --metrics OUT/metrics.jsonl --json COMMON... ARGS...
 with NAME = ALGO-TOPOLOGY-nPEERS-sSEED (ALGO-nPEERS-sSEED without a topology; a listed run may
@@ -43,7 +43,8 @@ import plot_consensus
 import plot_gap
 import plot_metrics
 
-ALGOS = ("single", "allreduce", "gossip")
+ALGOS = ("single", "allreduce", "gossip", "ps-sync", "ps-async", "local-sgd", "ad-psgd")
+GRAPH_ALGOS = ("gossip", "ad-psgd")  # the algorithms that take a topology
 DEFAULTS = {"binary": "build/apps/dpgossip", "out": "results/sweep", "timeout_s": 3600,
             "common": [], "grid": None, "runs": []}
 RUN_KEYS = ("algo", "topology", "peers", "seed")  # the keys of "grid"; "runs" adds "args"
@@ -126,10 +127,10 @@ def check_keys(path, where, obj, allowed):
                              f"(known: {', '.join(allowed)})")
 
 
-def check_required(path, where, obj, gossip):
-    for key in ("algo", "peers", "seed") + (("topology",) if gossip else ()):
+def check_required(path, where, obj, graph):
+    for key in ("algo", "peers", "seed") + (("topology",) if graph else ()):
         if key not in obj:
-            need = " (gossip needs one)" if key == "topology" else ""
+            need = f" ({' and '.join(GRAPH_ALGOS)} need one)" if key == "topology" else ""
             raise SweepError(f"{path}: key '{where}': missing '{key}'{need}")
 
 
@@ -141,9 +142,9 @@ def grid_runs(path, grid):
                              f"{json.dumps(values)}")
         for i, v in enumerate(values):
             check(path, f"grid.{key}[{i}]", key, v)
-    check_required(path, "grid", grid, "gossip" in grid.get("algo", []))
+    check_required(path, "grid", grid, any(a in GRAPH_ALGOS for a in grid.get("algo", [])))
     for algo, peers, seed in itertools.product(grid["algo"], grid["peers"], grid["seed"]):
-        for topology in grid["topology"] if algo == "gossip" else [None]:
+        for topology in grid["topology"] if algo in GRAPH_ALGOS else [None]:
             yield Run(algo, topology, peers, seed)
 
 
@@ -152,10 +153,11 @@ def listed_run(path, i, spec):
     check_keys(path, where, spec, RUN_KEYS + ("args", "name"))
     for key, value in spec.items():
         check(path, f"{where}.{key}", key, value)
-    gossip = spec.get("algo") == "gossip"
-    check_required(path, where, spec, gossip)
-    if not gossip and "topology" in spec:
-        raise SweepError(f"{path}: key '{where}.topology': only gossip takes a topology")
+    graph = spec.get("algo") in GRAPH_ALGOS
+    check_required(path, where, spec, graph)
+    if not graph and "topology" in spec:
+        raise SweepError(f"{path}: key '{where}.topology': only {' and '.join(GRAPH_ALGOS)} "
+                         "take a topology")
     return Run(spec["algo"], spec.get("topology"), spec["peers"], spec["seed"],
                tuple(spec.get("args", ())), spec.get("name"))
 

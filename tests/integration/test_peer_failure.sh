@@ -5,51 +5,7 @@ set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 require_fmnist
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-"$bin" prepare --out "$work/data" >/dev/null
-
-# start_peers TIMEOUT [N [TRAIN FLAGS...]]: N peers (default 4, all-reduce) from a fresh hosts
-# file; their pids go to pids[], logs to $work/rank-R.log.
-start_peers() {
-  local timeout=$1 n=${2:-4}
-  shift; shift || true
-  local algo=("$@")
-  [ ${#algo[@]} -gt 0 ] || algo=(--algo allreduce)
-  write_local_hosts "$n" "$work/hosts.json"
-  pids=()
-  for r in $(seq 0 $((n - 1))); do
-    "$bin" train "${algo[@]}" --hosts "$work/hosts.json" --rank $r --data "$work/data" \
-      --epochs 200 --threads 1 --timeout-s "$timeout" --metrics "" >"$work/rank-$r.log" 2>&1 &
-    pids+=($!)
-  done
-  # Wait (bounded) until training is under way: rank 0 has reported an epoch.
-  for _ in $(seq 1 300); do
-    grep -q "epoch   1/" "$work/rank-0.log" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "training did not start"; cat "$work"/rank-*.log; exit 1
-}
-
-# Waits at most $1 seconds for the given ranks; fails if one is still running or exited 0.
-expect_exit() {
-  local limit=$1; shift
-  local start=$SECONDS
-  for r in "$@"; do
-    while kill -0 "${pids[$r]}" 2>/dev/null; do
-      if (( SECONDS - start > limit )); then echo "rank $r still running after $limit s"; exit 1; fi
-      sleep 0.1
-    done
-    set +e; wait "${pids[$r]}"; local rc=$?; set -e
-    [ $rc -ne 0 ] || { echo "rank $r exited 0"; exit 1; }
-  done
-}
+source "$(dirname "${BASH_SOURCE[0]}")/peers.sh"
 
 # 1. Rank 2 is killed: the others notice at once (connection lost or a peer's abort).
 start_peers 30
