@@ -8,6 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 source "$here/lib.sh"
 writer=$1
+PY=/usr/bin/python3
 check="$here/check_trace.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -44,7 +45,7 @@ for pid in (0, 1):
 chromium_check ok "$work/trace.json"
 
 # The Python merge of the same parts holds the same events.
-python3 "$root/tools/merge_traces.py" "$work"/trace.rank*.json -o "$work/py.json" >/dev/null
+"$PY" "$root/tools/merge_traces.py" "$work"/trace.rank*.json -o "$work/py.json" >/dev/null
 py '
 import json, sys
 a = json.load(open(sys.argv[1]))["traceEvents"]; b = json.load(open(sys.argv[2]))["traceEvents"]
@@ -53,9 +54,9 @@ assert sorted(map(key, a)) == sorted(map(key, b)), (len(a), len(b))
 ' "$work/trace.json" "$work/py.json" || fail "merge_traces.py and merge_trace_parts disagree"
 
 # trace_summary: each peer communicated, and the hidden share is a share.
-python3 "$root/tools/trace_summary.py" "$work/trace.json" > "$work/summary.txt" || fail "trace_summary failed"
+"$PY" "$root/tools/trace_summary.py" "$work/trace.json" > "$work/summary.txt" || fail "trace_summary failed"
 grep -q overall "$work/summary.txt" || fail "trace_summary printed no overall row"
-python3 "$root/tools/trace_summary.py" "$work/trace.json" --json > "$work/summary.json"
+"$PY" "$root/tools/trace_summary.py" "$work/trace.json" --json > "$work/summary.json"
 py '
 import json, sys
 s = json.load(open(sys.argv[1]))
@@ -101,16 +102,16 @@ assert isinstance(ev, list) and len(ev) > 50, len(ev)
 assert {e["name"] for e in ev} >= {"process_name", "send", "forward_backward"}
 ' "$part" || fail "the part of a killed writer does not parse (attempt $attempt)"
 done
-python3 "$root/tools/merge_traces.py" "$work"/killed1.json -o "$work/killed.json" >/dev/null \
+"$PY" "$root/tools/merge_traces.py" "$work"/killed1.json -o "$work/killed.json" >/dev/null \
   || fail "merge_traces.py failed on a killed writer's part"
 chromium_check ok "$work/killed.json"
 
 # merge_traces.py keeps the whole events of a torn part and refuses a part that is not one.
 head -c -20 "$work/trace.rank0.json" > "$work/torn_part.json"
-python3 "$root/tools/merge_traces.py" "$work/torn_part.json" -o "$work/torn_merged.json" 2>/dev/null \
+"$PY" "$root/tools/merge_traces.py" "$work/torn_part.json" -o "$work/torn_merged.json" >/dev/null 2>&1 \
   || fail "merge_traces.py refused a torn part"
 echo '{"a": 1}' > "$work/notarray.json"
-if python3 "$root/tools/merge_traces.py" "$work/notarray.json" -o "$work/x.json" 2>/dev/null; then
+if "$PY" "$root/tools/merge_traces.py" "$work/notarray.json" -o "$work/x.json" 2>/dev/null; then
   fail "merge_traces.py accepted a part that is not an array"
 fi
 
