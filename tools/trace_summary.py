@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Summarises a dpgossip Chrome trace: how much communication each peer hid behind compute.
+
+    tools/trace_summary.py TRACE [--json]
+
+Per peer (pid) and overall:
+  communication  the length of the union of the "comm" spans (send and recv, each from its post to
+                 the return of its wait): the time some transfer was in flight;
+  exposed        the length of the union of the "wait" spans: the time the peer was blocked on one;
+  hidden share   1 - exposed / communication: the part of the communication time that overlapped
+                 with something other than waiting (compute, or posting more work);
+  compute        the summed duration of the spans of every other category, per span name
+                 (sample, forward_backward, clip, noise, eval, ...).
+Overall sums each peer's communication and exposed time before taking the share. Times in ms.
+TRACE is a merged trace ({"traceEvents": [...]}) or one peer's part file (a JSON array).
+Standard library only.
+"""
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+COMM, WAIT = "comm", "wait"
+
+
+def union_length(intervals):
+    """Total length covered by [begin, end) intervals."""
+    total, cur_b, cur_e = 0.0, None, None
+    for b, e in sorted(intervals):
+        if cur_e is None or b > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_b
+            cur_b, cur_e = b, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_b
+    return total
+
+
+def load_events(path):
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if isinstance(data, dict):
+        data = data.get("traceEvents")
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: no traceEvents array")
+    return data
+
+
+def summarise(events):
+    names = {}
+    comm, wait = defaultdict(list), defaultdict(list)
+    compute = defaultdict(lambda: defaultdict(float))
+    extent = {}
+    for e in events:
+        pid = e.get("pid")
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            names[pid] = e.get("args", {}).get("name", f"pid {pid}")
+        if e.get("ph") != "X":
+            continue
+        b = float(e["ts"])
+        end = b + float(e.get("dur", 0.0))
+        lo, hi = extent.get(pid, (b, end))
+        extent[pid] = (min(lo, b), max(hi, end))
+        cat = e.get("cat", "")
+        if cat == COMM:
+            comm[pid].append((b, end))
+        elif cat == WAIT:
+            wait[pid].append((b, end))
+        else:
+            compute[pid][e["name"]] += end - b
+
+    def share(c, x):
+        return None if c <= 0 else 1.0 - x / c
+
+    peers = []
+    total_c = total_x = 0.0
+    total_compute = defaultdict(float)
+    for pid in sorted(set(extent) | set(names), key=lambda p: (p is None, p)):
+        c = union_length(comm[pid]) / 1000.0
+        x = union_length(wait[pid]) / 1000.0
+        lo, hi = extent.get(pid, (0.0, 0.0))
+        peers.append({
+            "pid": pid,
+            "name": names.get(pid, f"pid {pid}"),
+            "span_ms": (hi - lo) / 1000.0,
+            "communication_ms": c,
+            "exposed_ms": x,
+            "hidden_share": share(c, x),
+            "compute_ms": {k: v / 1000.0 for k, v in sorted(compute[pid].items())},
+        })
+        total_c += c
+        total_x += x
+        for k, v in compute[pid].items():
+            total_compute[k] += v / 1000.0
+    overall = {
+        "peers": len(peers),
+        "communication_ms": total_c,
+        "exposed_ms": total_x,
+        "hidden_share": share(total_c, total_x),
+        "compute_ms": dict(sorted(total_compute.items())),
+    }
+    return {"peers": peers, "overall": overall}
+
+
+def fmt_share(s):
+    return "-" if s is None else f"{100.0 * s:.1f}%"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trace", metavar="TRACE")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = parser.parse_args(argv)
+    try:
+        summary = summarise(load_events(args.trace))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"trace_summary: {args.trace}: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2)
+        print()
+        return 0
+    names = sorted(summary["overall"]["compute_ms"])
+    header = ["peer", "span ms", "comm ms", "exposed ms", "hidden"] + [f"{n} ms" for n in names]
+    rows = []
+    for p in summary["peers"] + [dict(summary["overall"], name="overall", span_ms=None)]:
+        rows.append([p["name"], "" if p["span_ms"] is None else f"{p['span_ms']:.3f}",
+                     f"{p['communication_ms']:.3f}", f"{p['exposed_ms']:.3f}",
+                     fmt_share(p["hidden_share"])]
+                    + [f"{p['compute_ms'].get(n, 0.0):.3f}" for n in names])
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    for r in [header] + rows:
+        print("  ".join(str(c).rjust(w) for c, w in zip(r, widths)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
