@@ -12,6 +12,7 @@
 #include "apps/commands.h"
 #include "apps/gossip_setup.h"
 #include "apps/parse.h"
+#include "apps/trace_output.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
 #include "runtime/core/json_io.h"
@@ -22,6 +23,7 @@
 #include "runtime/data/peer_data.h"
 #include "runtime/net/hosts.h"
 #include "runtime/net/tcp/tcp_transport.h"
+#include "runtime/net/tracing_transport.h"
 #include "runtime/train/algorithm.h"
 #include "runtime/train/trainer.h"
 
@@ -166,7 +168,12 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   if (algo.uses_graph && peers.world() > 1) {
     phases = gossip_phases(c, peers.world(), peers.hosts.topology);
   }
+  // The timeline: this peer's part file from now on, its messages seen through a tracing
+  // transport (off, nothing wraps and nothing is recorded).
+  trace::Tracer tracer;
+  open_trace(tracer, c.trace, peers.rank);
   std::optional<net::TcpTransport> transport;
+  std::optional<net::TracingTransport> traced;
   std::optional<collective::Communicator> comm;
   if (peers.world() > 1) {
     net::TcpOptions t;
@@ -186,10 +193,11 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
     for (int p : algo.peers(c, peers.rank, peers.world(), phases)) talk_to.insert(p);
     transport.emplace(peers.hosts, peers.rank, std::vector<int>(talk_to.begin(), talk_to.end()),
                       t);
-    comm.emplace(*transport, copt);
+    if (tracer.on()) traced.emplace(*transport, tracer);
+    comm.emplace(traced ? static_cast<net::Transport&>(*traced) : *transport, copt);
   }
   train::Trainer trainer(c, load_or_prepare(c, peers.rank, peers.world()),
-                         comm ? &*comm : nullptr, std::move(phases));
+                         comm ? &*comm : nullptr, std::move(phases), &tracer);
   const bool reporter = peers.rank == 0;
   const int epochs = static_cast<int>(std::ceil(c.epochs - 1e-9));
   const std::string run = c.run_name.empty() ? default_run_name(c, peers.world()) : c.run_name;
@@ -210,6 +218,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
       [&](const train::ConsensusReport& r) {
         if (reporter) metrics_line(r.to_json(), "consensus");
       });
+  finish_trace(tracer, comm ? &*comm : nullptr, c.trace);
   if (!reporter) return;
   const dp::PrivacyPlan& plan = trainer.plan();
   Json s = summary.to_json(c, plan);

@@ -60,6 +60,7 @@ struct TrainConfig {
   std::string run_name;                         // the "run" of every metrics line ("": generated)
   double timeout_s = 60;                     // every network wait, and the connection set-up
   std::string metrics = "runs/metrics.jsonl";  // JSON-lines file, appended ("" = none)
+  std::string trace;                         // Chrome trace file to write ("" = none)
 };
 
 // Reads a config object; errors name `where` and the JSON path ("cfg.json: /lr: ...").

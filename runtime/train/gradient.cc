@@ -7,15 +7,18 @@ namespace dpg::train {
 dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
                                      std::span<const std::int32_t> labels,
                                      dp::GaussianMechanism& mechanism, StepBuffers& buffers,
-                                     StepStats& stats) {
+                                     StepStats& stats, trace::Tracer* tracer) {
   const std::size_t batch = ws.batch;
   stats = StepStats{};
   stats.batch = batch;
   std::span<float> sum = mechanism.begin_step();
   if (batch > 0) {
+    trace::Span pass(tracer, "forward_backward", "compute");
     model.forward(ws);
     stats.correct = model.loss_and_backward(labels, ws, true);
     for (std::size_t i = 0; i < batch; ++i) stats.loss_sum += ws.loss[i];
+    pass.end();
+    trace::Span clip(tracer, "clip", "compute");
     if (mechanism.options().enabled) {
       std::vector<float>& sq_norms = buffers.sq_norms;
       std::vector<float>& scale = buffers.scale;
@@ -33,6 +36,7 @@ dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& 
       model.accumulate_gradient(ws, {}, sum);
     }
   }
+  trace::Span noise(tracer, "noise", "compute");
   return mechanism.release();
 }
 

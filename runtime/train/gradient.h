@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dp/mechanism.h"
+#include "runtime/core/trace.h"
 #include "runtime/model/mlp.h"
 
 namespace dpg::train {
@@ -28,9 +29,10 @@ struct StepBuffers {
 
 // ws.act[0] holds the batch (ws.batch rows); labels has ws.batch entries. With the mechanism
 // enabled each example's gradient is clipped to C before the sum; the sum is noised once.
+// `tracer` (optional) records the forward_backward, clip and noise spans.
 dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
                                      std::span<const std::int32_t> labels,
                                      dp::GaussianMechanism& mechanism, StepBuffers& buffers,
-                                     StepStats& stats);
+                                     StepStats& stats, trace::Tracer* tracer = nullptr);
 
 }  // namespace dpg::train

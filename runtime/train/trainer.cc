@@ -92,11 +92,12 @@ struct RunState {
 };
 
 Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicator* comm,
-                 std::vector<GossipPhase> phases)
+                 std::vector<GossipPhase> phases, trace::Tracer* tracer)
     : config_(std::move(config)),
       data_(std::move(data)),
       comm_(comm),
-      phases_(std::move(phases)) {
+      phases_(std::move(phases)),
+      tracer_(tracer) {
   validate(config_);
   if (data_.train.rows == 0) {
     fail(Code::invalid_argument,
@@ -156,8 +157,10 @@ void Trainer::log_start(const RunState& s) const {
 
 void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& summary) const {
   const TrainConfig& c = config_;
+  if (tracer_) tracer_->set_step(t);
   s.algorithm->before_gradient(t, s.model.params());
   // Sample this peer's batch into the workspace.
+  trace::Span sample(tracer_, "sample", "compute");
   const std::size_t cols = data_.train.cols;
   const auto& batch = s.poisson ? s.poisson->next() : s.shuffle->next();
   s.ws.resize(s.spec, batch.size());
@@ -167,17 +170,20 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
     std::copy_n(data_.train.features.data() + batch[i] * cols, cols, x + i * cols);
     s.labels[i] = data_.train.labels[batch[i]];
   }
+  sample.end();
   // Forward, backward with per-example norms, clip and noise.
   StepStats stats;
   const dp::PrivateGradient mine =
-      private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats);
+      private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats, tracer_);
   // Exchange and update.
+  trace::Span update(tracer_, "update", "compute");
   s.lr = c.lr_schedule == "cosine"
              ? c.lr * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(t) / plan_.steps))
              : c.lr;
   s.sgd.set_lr(s.lr);
   s.algorithm->apply(t, mine, s.model.params(), s.sgd);
   if (s.ema) s.ema->update(s.model.params());
+  update.end();
   // Account.
   if (c.dp) {
     s.accountant.step(plan_.accountant_q(), plan_.model_sigma);
@@ -199,6 +205,7 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
 }
 
 ConsensusReport Trainer::consensus(RunState& s, long long round, bool eval) const {
+  trace::Span span(tracer_, "consensus", "eval");
   ConsensusReport r;
   r.round = round;
   r.epoch = static_cast<double>(round) * plan_.q;
@@ -220,6 +227,7 @@ ConsensusReport Trainer::consensus(RunState& s, long long round, bool eval) cons
 
 EpochReport Trainer::evaluate_epoch(RunState& s, int epoch, long long t,
                                     const EpochTotals& totals) const {
+  trace::Span span(tracer_, "eval", "eval");
   const std::span<const float> mine =
       s.ema ? s.ema->values() : std::span<const float>(s.model.params());
   s.algorithm->release(mine, s.released.params());
@@ -310,6 +318,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     EpochReport r = evaluate_epoch(s, epoch, t, totals);
     r.wall_s = seconds_since(start);
     r.samples_per_second = train_seconds > 0 ? samples / train_seconds : 0.0;
+    if (tracer_ && std::isfinite(r.epsilon)) tracer_->counter("epsilon", r.epsilon);
     on_epoch(r);
     summary.test_accuracy = r.test_accuracy;
     summary.peer_test_accuracy = r.peer_test_accuracy;

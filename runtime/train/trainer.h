@@ -13,6 +13,7 @@
 
 #include "dp/privacy_plan.h"
 #include "runtime/collective/communicator.h"
+#include "runtime/core/trace.h"
 #include "runtime/core/train_config.h"
 #include "runtime/data/dataset.h"
 #include "runtime/train/gossip.h"
@@ -27,8 +28,9 @@ class Trainer {
   // `comm` (null for one process) must outlive the trainer; every peer passes the same config.
   // `phases` are the graphs of the run for graph-based algorithms (gossip); the transport of
   // `comm` must connect every peer the algorithm talks to (algo_info(...).peers).
+  // `tracer` (null or off: no timeline) records the step's spans and the epsilon spent.
   Trainer(TrainConfig config, data::Prepared data, collective::Communicator* comm = nullptr,
-          std::vector<GossipPhase> phases = {});
+          std::vector<GossipPhase> phases = {}, trace::Tracer* tracer = nullptr);
   ~Trainer();
   // Runs every step; calls on_epoch after each epoch's evaluation, and on_consensus every
   // metrics_every steps when the algorithm's replicas differ.
@@ -62,6 +64,7 @@ class Trainer {
   data::Prepared data_;
   collective::Communicator* comm_;
   std::vector<GossipPhase> phases_;
+  trace::Tracer* tracer_;
   double total_rows_ = 0;
   dp::PrivacyPlan plan_;
   std::unique_ptr<RunState> state_;  // kept after run() for params()
