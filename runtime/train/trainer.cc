@@ -35,7 +35,7 @@ model::MlpSpec spec_for(const TrainConfig& c, const data::Dataset& d) {
   s.inputs = static_cast<int>(d.cols);
   s.hidden = c.hidden;
   s.classes = d.num_classes;
-  s.activation = model::parse_activation(c.activation);
+  s.activation = c.activation;
   return s;
 }
 
@@ -83,8 +83,9 @@ Json TrainSummary::to_json(const TrainConfig& c) const {
             {"epsilon", epsilon_json(epsilon)},
             {"message_epsilon", epsilon_json(message_epsilon)},
             {"peers", peers},
-            {"algo", c.algo},
-            {"noise_mode", c.algo == "gossip" ? std::string("local") : c.noise_mode},
+            {"algo", to_string(c.algo)},
+            {"noise_mode",
+             c.algo == Algo::gossip ? std::string("local") : to_string(c.noise_mode)},
             {"peer_noise_multiplier", peer_noise_multiplier},
             {"best_alpha", std::isfinite(best_alpha) ? Json(best_alpha) : Json(nullptr)},
             {"delta", c.delta},
@@ -92,7 +93,7 @@ Json TrainSummary::to_json(const TrainConfig& c) const {
             {"noise_multiplier", noise_multiplier},
             {"clip_norm", c.clip_norm},
             {"sample_rate", sample_rate},
-            {"sampling", c.sampling},
+            {"sampling", to_string(c.sampling)},
             {"epochs", c.epochs},
             {"steps", steps},
             {"samples_per_second", samples_per_second},
@@ -107,7 +108,7 @@ Json TrainSummary::to_json(const TrainConfig& c) const {
     j["peer_epsilons"] = peer_epsilons;
     j["peer_test_accuracy"] = peer_test_accuracy;
   }
-  if (c.dp && c.sampling != "poisson") {
+  if (c.dp && c.sampling != Sampling::poisson) {
     j["epsilon_note"] = "epsilon assumes Poisson sampling; this run used fixed-size shuffled batches";
   }
   return j;
@@ -165,7 +166,7 @@ Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicat
     // sigma_ is the noise of the guarantee the mode is named for: the sum's in distributed
     // mode, each message's in local mode and in gossip (where each peer's model is all it sends).
     const double root_n = std::sqrt(static_cast<double>(world()));
-    const bool local = config_.noise_mode == "local" || gossiping();
+    const bool local = config_.noise_mode == NoiseMode::local || gossiping();
     peer_sigma_ = local ? sigma_ : sigma_ / root_n;
     model_sigma_ = local && !gossiping() ? sigma_ * root_n : sigma_;
   }
@@ -193,7 +194,7 @@ struct RunState {
   RunState(const TrainConfig& c, const data::Dataset& train, double q, double expected_batch,
            double peer_sigma, int rank)
       : spec(spec_for(c, train)),
-        model(spec, c.init == "independent" ? c.seed + static_cast<std::uint64_t>(rank) : c.seed),
+        model(spec, c.init == Init::independent ? c.seed + static_cast<std::uint64_t>(rank) : c.seed),
         released(spec, c.seed),
         noise_seed(c.noise_seed != 0 ? c.noise_seed : secret_seed()),
         mechanism(model.num_params(),
@@ -206,7 +207,7 @@ struct RunState {
             {.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}) {
     if (c.ema_decay > 0) ema.emplace(model.params(), c.ema_decay);
     const Rng rng(noise_seed, stream_for(stream::kSampler, static_cast<std::uint64_t>(rank)));
-    if (c.sampling == "poisson") {
+    if (c.sampling == Sampling::poisson) {
       poisson.emplace(train.rows, q, rng);
     } else {
       // This peer's share of the global batch, so that all peers together take batch_size.
@@ -264,7 +265,7 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
           ? s.mechanism.exchange(mine, [&](std::span<float> v) { comm_->allreduce(v); })
           : mine;
   if (s.gossip) s.gossip->end(s.model.params());
-  s.lr = c.lr_schedule == "cosine"
+  s.lr = c.lr_schedule == LrSchedule::cosine
              ? c.lr * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(t) / total_steps_))
              : c.lr;
   s.sgd.set_lr(s.lr);
@@ -374,7 +375,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
                      s.model.num_params());
     s.scratch.resize(s.model.num_params());
   }
-  if (comm_ && c.init == "same") {
+  if (comm_ && c.init == Init::same) {
     // Seeded initialisation already agrees; the broadcast makes it so whatever the build.
     comm_->broadcast(std::as_writable_bytes(std::span<float>(s.model.params())), 0);
     if (s.ema) s.ema.emplace(s.model.params(), c.ema_decay);
@@ -383,7 +384,8 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
                           << " examples here (" << total_rows_ << " in all), q = " << q_ << ", "
                           << total_steps_ << " steps, " << (c.dp ? "DP-SGD" : "plain SGD")
                           << ", noise multiplier " << sigma_ << " (each peer adds "
-                          << peer_sigma_ << ", " << (gossiping() ? "local" : c.noise_mode) << " noise), clip "
+                          << peer_sigma_ << ", "
+                          << (gossiping() ? "local" : to_string(c.noise_mode)) << " noise), clip "
                           << c.clip_norm << ", noise seed "
                      << (c.noise_seed != 0 ? "from the config" : "secret (OS entropy)")
                      << ", config " << dpg::to_json(c).dump());
@@ -395,7 +397,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
                                    << q_local_);
     }
   }
-  if (c.dp && c.sampling != "poisson") {
+  if (c.dp && c.sampling != Sampling::poisson) {
     DPG_WARN("train: sampling is 'shuffle'; the reported epsilon assumes Poisson sampling");
   }
   TrainSummary summary;
@@ -474,7 +476,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     summary.rho = phase.spectrum.rho;
     summary.spectral_gap = phase.spectrum.spectral_gap;
   } else {
-    summary.topology = c.algo;
+    summary.topology = to_string(c.algo);
   }
   summary.samples_per_second = train_seconds > 0 ? samples / train_seconds : 0.0;
   summary.wall_s = seconds_since(start);

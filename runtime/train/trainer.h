@@ -118,7 +118,7 @@ class Trainer {
   // The released model of the run into s.released: this peer's (averaged) iterate, or for gossip
   // the mean of every peer's.
   void release(RunState& s, std::span<const float> mine) const;
-  bool gossiping() const { return config_.algo == "gossip" && comm_ != nullptr; }
+  bool gossiping() const { return config_.algo == Algo::gossip && comm_ != nullptr; }
 
   // Sums values over the peers in place (nothing to do alone).
   void sum_over_peers(std::span<double> values) const;
