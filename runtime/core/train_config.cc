@@ -36,6 +36,7 @@ constexpr double inf = std::numeric_limits<double>::infinity();
 
 // The shortest text that reads back as the same double: 1, 0.995, 1e-05.
 std::string num(double v) {
+  if (v == std::trunc(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
   char buf[64];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);
