@@ -19,6 +19,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/json_io.h"
 #include "runtime/core/rng.h"
+#include "runtime/core/train_config.h"
 #include "runtime/model/blas_threads.h"
 #include "runtime/model/gemm.h"
 #include "runtime/model/mlp.h"
@@ -192,7 +193,11 @@ void run_step_bench(const StepBenchOptions& o) {
   spec.inputs = widths.front();
   spec.classes = widths.back();
   spec.hidden.assign(widths.begin() + 1, widths.end() - 1);
-  spec.activation = model::parse_activation(o.activation);
+  try {
+    spec.activation = parse_enum<Activation>(o.activation);
+  } catch (const Error& e) {
+    fail(e.code(), std::string("--activation: ") + e.what());
+  }
   if (o.batch < 1) fail(Code::invalid_argument, "--batch: must be at least 1");
   if (o.repeats < 1) fail(Code::invalid_argument, "--repeats: must be at least 1");
   if (o.rounds < 1) fail(Code::invalid_argument, "--rounds: must be at least 1");

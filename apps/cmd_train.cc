@@ -11,7 +11,6 @@
 
 #include "apps/commands.h"
 #include "apps/gossip_setup.h"
-#include "apps/parse.h"
 #include "apps/trace_output.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
@@ -32,63 +31,48 @@ namespace {
 
 struct TrainFlags {
   std::string config_file;
-  TrainConfig c;        // holds the flag values; only flags actually given override the file
-  std::string hidden;
-  bool dp = false;     // --dp: turn DP back on over a config file's "dp": false
-  bool no_dp = false;  // --no-dp
+  std::vector<std::string> values;  // one per config_fields() row: the text of its flag
   bool json = false;
   std::string hosts;            // hosts file: this process is one peer of it
   std::optional<int> rank;      // default: from the launcher's environment
 };
+
+// "--dp" -> "--no-dp": the switch that turns a bool field off.
+std::string negated(const std::string& flag) { return "--no-" + flag.substr(2); }
 
 // Applies each flag that was given on the command line over the config read from the file.
 TrainConfig merge(const CLI::App& cmd, const TrainFlags& f) {
   TrainConfig c = f.config_file.empty() ? TrainConfig{}
                                          : train_config_from_json(read_json_file(f.config_file),
                                                                   f.config_file + ":");
-  auto given = [&](const char* flag) { return cmd.get_option(flag)->count() > 0; };
-  const TrainConfig& v = f.c;
-  if (given("--data")) c.data = v.data;
-  if (given("--hidden")) c.hidden = parse_int_list(f.hidden, "--hidden");
-  if (given("--activation")) c.activation = v.activation;
-  if (given("--epochs")) c.epochs = v.epochs;
-  if (given("--batch-size")) c.batch_size = v.batch_size;
-  if (given("--sampling")) c.sampling = v.sampling;
-  if (given("--lr")) c.lr = v.lr;
-  if (given("--momentum")) c.momentum = v.momentum;
-  if (given("--weight-decay")) c.weight_decay = v.weight_decay;
-  if (given("--lr-schedule")) c.lr_schedule = v.lr_schedule;
-  if (given("--ema-decay")) c.ema_decay = v.ema_decay;
-  if (given("--clip-norm")) c.clip_norm = v.clip_norm;
-  if (given("--noise-multiplier")) c.noise_multiplier = v.noise_multiplier;
+  auto given = [&](const std::string& flag) { return cmd.get_option(flag)->count() > 0; };
   if (given("--noise-multiplier") && given("--target-epsilon")) {
     fail(Code::invalid_argument,
          "train: give --noise-multiplier or --target-epsilon, not both");
   }
-  if (given("--target-epsilon")) {
-    c.target_epsilon = v.target_epsilon;
-    c.noise_multiplier = 0;  // calibrate to the new target
+  const auto& fields = config_fields();
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const ConfigField& field = fields[i];
+    std::string text;
+    if (field.is_bool) {
+      const bool on = given(field.flag), off = given(negated(field.flag));
+      if (on && off) {
+        fail(Code::invalid_argument,
+             "train: give " + field.flag + " or " + negated(field.flag) + ", not both");
+      }
+      if (!on && !off) continue;
+      text = on ? "true" : "false";
+    } else {
+      if (!given(field.flag)) continue;
+      text = f.values[i];
+    }
+    try {
+      field.parse(c, text);
+    } catch (const Error& e) {
+      fail(e.code(), "train: configuration /" + field.key + ": " + e.what());
+    }
   }
-  if (given("--delta")) c.delta = v.delta;
-  if (given("--seed")) c.seed = v.seed;
-  if (given("--noise-seed")) c.noise_seed = v.noise_seed;
-  if (given("--threads")) c.threads = v.threads;
-  if (given("--algo")) c.algo = v.algo;
-  if (given("--noise-mode")) c.noise_mode = v.noise_mode;
-  if (given("--timeout-s")) c.timeout_s = v.timeout_s;
-  if (given("--metrics")) c.metrics = v.metrics;
-  if (given("--topology")) c.topology = v.topology;
-  if (given("--topology-weights")) c.topology_weights = v.topology_weights;
-  if (given("--topology-degree")) c.topology_degree = v.topology_degree;
-  if (given("--topology-seed")) c.topology_seed = v.topology_seed;
-  if (given("--topology-schedule")) c.topology_schedule = v.topology_schedule;
-  if (given("--init")) c.init = v.init;
-  if (given("--metrics-every")) c.metrics_every = v.metrics_every;
-  if (given("--metrics-eval-rows")) c.metrics_eval_rows = v.metrics_eval_rows;
-  if (given("--run-name")) c.run_name = v.run_name;
-  if (f.dp && f.no_dp) fail(Code::invalid_argument, "train: give --dp or --no-dp, not both");
-  if (f.dp) c.dp = true;
-  if (f.no_dp) c.dp = false;
+  if (given("--target-epsilon")) c.noise_multiplier = 0;  // calibrate to the new target
   try {
     validate(c);
   } catch (const Error& e) {
@@ -112,7 +96,7 @@ data::Prepared load_or_prepare(const TrainConfig& c, int rank, int world) {
   return data::load_for_peer(c.data, rank, world, c.seed);
 }
 
-// The peers of this run: the hosts file for --algo allreduce or gossip, or this process alone.
+// The peers of this run: the hosts file for any --algo but single, or this process alone.
 struct Peers {
   net::HostsFile hosts;
   int rank = 0;
@@ -121,9 +105,9 @@ struct Peers {
 
 Peers peers_for(const TrainConfig& c, const TrainFlags& f) {
   Peers p;
-  if (c.algo == "single") {
+  if (c.algo == Algo::single) {
     if (!f.hosts.empty() || f.rank) {
-      fail(Code::invalid_argument, "train: --hosts and --rank need --algo allreduce or gossip");
+      fail(Code::invalid_argument, "train: --hosts and --rank need an --algo other than single");
     }
     return p;
   }
@@ -152,10 +136,11 @@ std::string default_run_name(const TrainConfig& c, int world) {
   char when[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(when, sizeof when, "%Y%m%d-%H%M%S", std::localtime(&now));
-  std::string graph = c.algo == "gossip" ? "-" + std::filesystem::path(c.topology).stem().string()
-                                         : "";
-  if (c.algo == "gossip" && !c.topology_schedule.empty()) graph += "-swap";
-  return c.algo + graph + "-n" + std::to_string(world) + "-" + when;
+  const bool uses_graph = train::algo_info(c.algo).uses_graph;
+  std::string graph =
+      uses_graph ? "-" + std::filesystem::path(c.topology).stem().string() : "";
+  if (uses_graph && !c.topology_schedule.empty()) graph += "-swap";
+  return to_string(c.algo) + graph + "-n" + std::to_string(world) + "-" + when;
 }
 
 void run_train(const CLI::App& cmd, const TrainFlags& flags) {
@@ -163,6 +148,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   const Peers peers = peers_for(c, flags);
   // One voice per run: other ranks report only warnings and errors.
   if (peers.rank != 0 && log::level() > log::Level::warn) log::set_level(log::Level::warn);
+  DPG_INFO("train: " << describe(c));
   const train::AlgoInfo& algo = train::algo_info(c.algo);
   std::vector<train::GossipPhase> phases;
   if (algo.uses_graph && peers.world() > 1) {
@@ -204,7 +190,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   auto metrics_line = [&](Json line, const char* kind) {
     line["run"] = run;
     line["kind"] = kind;
-    line["algo"] = c.algo;
+    line["algo"] = to_string(c.algo);
     line["rank"] = 0;
     line["peers"] = peers.world();
     append_metrics(c.metrics, line);
@@ -236,11 +222,11 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
             << (c.dp ? std::to_string(summary.epsilon) : std::string("inf (no DP)"))
             << " at delta " << c.delta;
   if (c.dp && plan.peers > 1) {
-    std::cout << " for the model (" << c.algo << ", " << plan.noise_mode
+    std::cout << " for the model (" << to_string(c.algo) << ", " << plan.noise_mode
               << " noise; the worst peer's data); epsilon " << summary.message_epsilon
               << " for any one peer's messages";
   }
-  if (s.contains("rho") && s["topology"] != c.algo) {
+  if (s.contains("rho") && s["topology"] != to_string(c.algo)) {
     std::cout << " (graph " << s["topology"].get<std::string>() << ", rho "
               << s["rho"].get<double>() << ")";
   }
@@ -254,56 +240,21 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
 void add_train(CLI::App& app) {
   auto f = std::make_shared<TrainFlags>();
   auto* cmd = app.add_subcommand("train", "Train with DP-SGD (defaults: the documented recipe)");
-  TrainConfig& c = f->c;
-  const TrainConfig d;
   cmd->add_option("--config", f->config_file, "JSON config file; flags override its fields");
-  cmd->add_option("--data", c.data, "prepared data folder (default " + d.data + ")");
-  cmd->add_option("--hidden", f->hidden, "hidden widths, e.g. 256,256");
-  cmd->add_option("--activation", c.activation, "relu or tanh (default " + d.activation + ")");
-  cmd->add_option("--epochs", c.epochs, "epochs");
-  cmd->add_option("--batch-size", c.batch_size, "expected batch size (Poisson: q * n)");
-  cmd->add_option("--sampling", c.sampling, "poisson or shuffle");
-  cmd->add_option("--lr", c.lr, "learning rate");
-  cmd->add_option("--momentum", c.momentum, "SGD momentum");
-  cmd->add_option("--weight-decay", c.weight_decay, "L2 weight decay");
-  cmd->add_option("--lr-schedule", c.lr_schedule, "constant or cosine");
-  cmd->add_option("--ema-decay", c.ema_decay, "parameter average decay (0: off)");
-  cmd->add_option("--clip-norm", c.clip_norm, "per-example clip norm C");
-  cmd->add_option("--noise-multiplier", c.noise_multiplier, "sigma (noise sd is sigma * C)");
-  cmd->add_option("--target-epsilon", c.target_epsilon, "calibrate sigma to this epsilon");
-  cmd->add_option("--delta", c.delta, "delta");
-  cmd->add_option("--seed", c.seed, "seed for the initialisation");
-  cmd->add_option("--noise-seed", c.noise_seed,
-                  "seed for sampling and noise (default: secret, from the OS; set only to "
-                  "reproduce a run, since it reveals the noise)");
-  cmd->add_option("--threads", c.threads, "BLAS threads");
-  cmd->add_option("--metrics", c.metrics, "JSON-lines metrics file to append to ('' = none)");
-  cmd->add_flag("--dp", f->dp, "DP-SGD (the default; overrides \"dp\": false in --config)");
-  cmd->add_flag("--no-dp", f->no_dp, "plain SGD: no clipping, no noise");
+  // One flag per config field, from the table; a bool field is a pair of switches.
+  const auto& fields = config_fields();
+  f->values.resize(fields.size());
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const ConfigField& field = fields[i];
+    if (field.is_bool) {
+      cmd->add_flag(field.flag)->description(field.help + " (overrides " + field.key +
+                                             " in --config)");
+      cmd->add_flag(negated(field.flag))->description("turns " + field.flag + " off");
+    } else {
+      cmd->add_option(field.flag, f->values[i], field.help);
+    }
+  }
   cmd->add_flag("--json", f->json, "print the summary as one JSON object");
-  cmd->add_option("--algo", c.algo,
-                  "single, allreduce (data-parallel over the hosts file) or gossip (D-PSGD)");
-  cmd->add_option("--topology", c.topology,
-                  "gossip: graph kind (ring, torus, hypercube, exponential, "
-                  "symmetric-exponential, one-peer-exponential, complete, star, random-regular), "
-                  "a .json graph file, or hosts (the hosts file's topology; default " +
-                      d.topology + ")");
-  cmd->add_option("--topology-weights", c.topology_weights, "metropolis, uniform or lazy");
-  cmd->add_option("--topology-degree", c.topology_degree, "random-regular: the degree");
-  cmd->add_option("--topology-seed", c.topology_seed, "random-regular: the seed");
-  cmd->add_option("--topology-schedule", c.topology_schedule,
-                  "gossip: later graphs, e.g. epoch:5=exponential,step:300=ring");
-  cmd->add_option("--init", c.init,
-                  "gossip: same (rank 0's model everywhere) or independent (seed + rank)");
-  cmd->add_option("--metrics-every", c.metrics_every,
-                  "gossip: consensus distance every K steps (0: off)");
-  cmd->add_option("--metrics-eval-rows", c.metrics_eval_rows,
-                  "gossip: test rows each K-step metrics line evaluates the models on (0: none)");
-  cmd->add_option("--run-name", c.run_name, "the run id of the metrics lines");
-  cmd->add_option("--noise-mode", c.noise_mode,
-                  "allreduce: distributed (sum carries the central noise) or local (every "
-                  "message is DP on its own); gossip is always local");
-  cmd->add_option("--timeout-s", c.timeout_s, "timeout of every network wait, in seconds");
   cmd->add_option("--hosts", f->hosts, "hosts file; this process is one of its peers");
   cmd->add_option("--rank", f->rank,
                   "this peer's rank (default: OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID "

@@ -24,12 +24,15 @@ std::vector<topology::Topology> graphs_for(const std::string& name, const TrainC
                                            "the run has no hosts file with a \"topology\"");
     }
     if (!hosts_topology.is_string()) {
-      return topology::from_json(hosts_topology, "hosts file: topology:", c.topology_weights);
+      return topology::from_json(hosts_topology, "hosts file: topology:",
+                                 to_string(c.topology_weights));
     }
     return graphs_for(hosts_topology.get<std::string>(), c, world, "hosts file: topology",
                       Json());
   }
-  if (is_file(name)) return topology::from_json(read_json_file(name), name + ":", c.topology_weights);
+  if (is_file(name)) {
+    return topology::from_json(read_json_file(name), name + ":", to_string(c.topology_weights));
+  }
   const auto& kinds = topology::kinds();
   if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) {
     std::string list;
@@ -40,7 +43,7 @@ std::vector<topology::Topology> graphs_for(const std::string& name, const TrainC
   topology::GraphSpec spec;
   spec.kind = name;
   spec.peers = world;
-  spec.weights = c.topology_weights;
+  spec.weights = to_string(c.topology_weights);
   spec.degree = c.topology_degree;
   spec.seed = c.topology_seed;
   try {
@@ -72,37 +75,12 @@ std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world,
                                               const Json& hosts_topology) {
   std::vector<train::GossipPhase> phases;
   phases.push_back(phase(0, false, c.topology, c, world, "/topology", hosts_topology));
-  std::size_t begin = 0;
-  int index = 0;
-  const std::string& s = c.topology_schedule;
-  while (begin < s.size()) {
-    std::size_t end = s.find(',', begin);
-    if (end == std::string::npos) end = s.size();
-    const std::string entry = s.substr(begin, end - begin);
-    const std::string field = "/topology_schedule: entry " + std::to_string(index) + " \"" +
-                              entry + "\"";
-    const std::size_t colon = entry.find(':'), eq = entry.find('=');
-    if (colon == std::string::npos || eq == std::string::npos || eq < colon) {
-      fail(Code::invalid_argument, field + ": expected epoch:E=GRAPH or step:S=GRAPH");
-    }
-    const std::string unit = entry.substr(0, colon);
-    if (unit != "epoch" && unit != "step") {
-      fail(Code::invalid_argument, field + ": the unit is epoch or step, not \"" + unit + "\"");
-    }
-    double at = 0;
-    try {
-      std::size_t used = 0;
-      const std::string number = entry.substr(colon + 1, eq - colon - 1);
-      at = std::stod(number, &used);
-      if (used != number.size()) throw std::invalid_argument(number);
-    } catch (const std::exception&) {
-      fail(Code::invalid_argument, field + ": not a number before '='");
-    }
-    if (!(at > 0)) fail(Code::invalid_argument, field + ": must start after the first round");
-    phases.push_back(
-        phase(at, unit == "epoch", entry.substr(eq + 1), c, world, field, hosts_topology));
-    begin = end + 1;
-    ++index;
+  // The schedule's syntax was checked when the config was read; here only its graphs resolve.
+  for (std::size_t i = 0; i < c.topology_schedule.size(); ++i) {
+    const ScheduleEntry& e = c.topology_schedule[i];
+    const std::string field = "/topology_schedule: entry " + std::to_string(i) + " \"" +
+                              to_string(std::vector<ScheduleEntry>{e}) + "\"";
+    phases.push_back(phase(e.at, e.in_epochs, e.graph, c, world, field, hosts_topology));
   }
   return phases;
 }

@@ -9,8 +9,8 @@
 
 namespace dpg::app {
 
-// The first phase is `topology` from the start; "epoch:5=exponential,step:300=ring" adds one
-// phase per entry. A graph named "hosts" is the hosts file's `topology`: a kind name or a JSON
+// The first phase is `topology` from the start; each entry of `topology_schedule` (parsed with
+// the config) adds one phase. A graph named "hosts" is the hosts file's `topology`: a kind name or a JSON
 // graph (`hosts_topology`, null when the file has none). Errors name the field and the entry.
 std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world,
                                               const Json& hosts_topology = Json());

@@ -1,73 +1,382 @@
 #include "runtime/core/train_config.h"
 
-#include "runtime/core/error.h"
+#include <charconv>
+#include <cmath>
+#include <concepts>
+#include <limits>
+#include <type_traits>
+
 #include "runtime/core/hash.h"
 
 namespace dpg {
 
+std::string to_string(Algo a) { return std::string(EnumNames<Algo>::names[static_cast<int>(a)]); }
+std::string to_string(Activation a) {
+  return std::string(EnumNames<Activation>::names[static_cast<int>(a)]);
+}
+std::string to_string(NoiseMode m) {
+  return std::string(EnumNames<NoiseMode>::names[static_cast<int>(m)]);
+}
+std::string to_string(Sampling s) {
+  return std::string(EnumNames<Sampling>::names[static_cast<int>(s)]);
+}
+std::string to_string(TopologyWeights w) {
+  return std::string(EnumNames<TopologyWeights>::names[static_cast<int>(w)]);
+}
+std::string to_string(LrSchedule s) {
+  return std::string(EnumNames<LrSchedule>::names[static_cast<int>(s)]);
+}
+std::string to_string(Init i) { return std::string(EnumNames<Init>::names[static_cast<int>(i)]); }
+
+namespace {
+
+constexpr double inf = std::numeric_limits<double>::infinity();
+
+[[noreturn]] void bad(const std::string& what) { fail(Code::invalid_argument, what); }
+
+// The shortest text that reads back as the same double: 1, 0.995, 1e-05.
+std::string num(double v) {
+  if (v == std::trunc(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+// A whole string as a double, or nothing.
+bool read_double(const std::string& s, double& v) {
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  return !s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+}  // namespace
+
+std::vector<ScheduleEntry> parse_topology_schedule(const std::string& s) {
+  std::vector<ScheduleEntry> out;
+  std::size_t begin = 0;
+  while (begin < s.size()) {
+    std::size_t end = s.find(',', begin);
+    if (end == std::string::npos) end = s.size();
+    const std::string entry = s.substr(begin, end - begin);
+    const std::string field = "entry " + std::to_string(out.size()) + " \"" + entry + "\"";
+    const std::size_t colon = entry.find(':'), eq = entry.find('=');
+    if (colon == std::string::npos || eq == std::string::npos || eq < colon) {
+      bad(field + ": expected epoch:E=GRAPH or step:S=GRAPH");
+    }
+    const std::string unit = entry.substr(0, colon);
+    if (unit != "epoch" && unit != "step") {
+      bad(field + ": the unit is epoch or step, not \"" + unit + "\"");
+    }
+    ScheduleEntry e;
+    e.in_epochs = unit == "epoch";
+    e.graph = entry.substr(eq + 1);
+    if (!read_double(entry.substr(colon + 1, eq - colon - 1), e.at)) {
+      bad(field + ": not a number before '='");
+    }
+    if (!(e.at > 0) || !std::isfinite(e.at)) bad(field + ": must start after the first round");
+    if (e.graph.empty()) bad(field + ": no graph after '='");
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      if (out[k].in_epochs == e.in_epochs && !(out[k].at < e.at)) {
+        bad(field + ": must come after entry " + std::to_string(k) + " (" + unit + " " +
+            num(out[k].at) + ")");
+      }
+    }
+    out.push_back(std::move(e));
+    begin = end + 1;
+  }
+  return out;
+}
+
+std::string to_string(const std::vector<ScheduleEntry>& schedule) {
+  std::string out;
+  for (const auto& e : schedule) {
+    if (!out.empty()) out += ',';
+    out += e.in_epochs ? "epoch:" : "step:";
+    out += num(e.at) + "=" + e.graph;
+  }
+  return out;
+}
+
+namespace {
+
+// ---- What each member type means in JSON, on the command line and in describe() ----------
+
+template <class T> constexpr bool is_enum_v = std::is_enum_v<T>;
+template <class T> constexpr bool is_int_v = std::integral<T> && !std::same_as<T, bool>;
+
+template <class T> T int_from(long long s, unsigned long long u, bool is_unsigned) {
+  if (is_unsigned) {
+    if (u > static_cast<unsigned long long>(std::numeric_limits<T>::max())) bad("out of range");
+    return static_cast<T>(u);
+  }
+  if (s < 0 && std::is_unsigned_v<T>) bad("must be non-negative, got " + std::to_string(s));
+  if (!std::is_unsigned_v<T> && (s < static_cast<long long>(std::numeric_limits<T>::min()) ||
+                                 s > static_cast<long long>(std::numeric_limits<T>::max()))) {
+    bad("out of range, got " + std::to_string(s));
+  }
+  return static_cast<T>(s);
+}
+
+template <class T> T value_from_json(const Json& j) {
+  if constexpr (std::same_as<T, double>) {
+    if (!j.is_number()) bad("expected a number, got " + j.dump());
+    return j.get<double>();
+  } else if constexpr (std::same_as<T, bool>) {
+    if (!j.is_boolean()) bad("expected true or false, got " + j.dump());
+    return j.get<bool>();
+  } else if constexpr (is_int_v<T>) {
+    if (!j.is_number_integer()) bad("expected an integer, got " + j.dump());
+    if (j.is_number_unsigned()) return int_from<T>(0, j.get<unsigned long long>(), true);
+    return int_from<T>(j.get<long long>(), 0, false);
+  } else if constexpr (std::same_as<T, std::vector<int>>) {
+    if (!j.is_array()) bad("expected an array of integers, got " + j.dump());
+    T out;
+    for (const auto& w : j) {
+      if (!w.is_number_integer()) bad("expected an array of integers, got " + j.dump());
+      out.push_back(value_from_json<int>(w));
+    }
+    return out;
+  } else {  // string, enum, schedule: all strings in JSON
+    if (!j.is_string()) bad("expected a string, got " + j.dump());
+    const std::string s = j.get<std::string>();
+    if constexpr (std::same_as<T, std::string>) return s;
+    else if constexpr (is_enum_v<T>) return parse_enum<T>(s);
+    else return parse_topology_schedule(s);
+  }
+}
+
+template <class T> T value_from_text(const std::string& s) {
+  if constexpr (std::same_as<T, double>) {
+    double v = 0;
+    if (!read_double(s, v)) bad("expected a number, got \"" + s + "\"");
+    return v;
+  } else if constexpr (std::same_as<T, bool>) {
+    if (s == "true" || s == "false") return s == "true";
+    bad("expected true or false, got \"" + s + "\"");
+  } else if constexpr (is_int_v<T>) {
+    T v{};
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (r.ec == std::errc::result_out_of_range) bad("out of range, got \"" + s + "\"");
+    if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size()) {
+      bad("expected " + std::string(std::is_unsigned_v<T> ? "a non-negative " : "an ") +
+          "integer, got \"" + s + "\"");
+    }
+    return v;
+  } else if constexpr (std::same_as<T, std::vector<int>>) {
+    T out;
+    std::size_t begin = 0;
+    while (begin <= s.size() && !s.empty()) {
+      std::size_t end = s.find(',', begin);
+      if (end == std::string::npos) end = s.size();
+      int v = 0;
+      const auto r = std::from_chars(s.data() + begin, s.data() + end, v);
+      if (end == begin || r.ec != std::errc() || r.ptr != s.data() + end) {
+        bad("expected comma-separated integers, got \"" + s + "\"");
+      }
+      out.push_back(v);
+      begin = end + 1;
+    }
+    if (out.empty()) bad("empty list");
+    return out;
+  } else if constexpr (std::same_as<T, std::string>) {
+    return s;
+  } else if constexpr (is_enum_v<T>) {
+    return parse_enum<T>(s);
+  } else {
+    return parse_topology_schedule(s);
+  }
+}
+
+template <class T> Json json_of(const T& v) {
+  if constexpr (is_enum_v<T> || std::same_as<T, std::vector<ScheduleEntry>>) return to_string(v);
+  else return v;
+}
+
+template <class T> std::string text_of(const T& v) {
+  if constexpr (std::same_as<T, double>) return num(v);
+  else if constexpr (std::same_as<T, bool>) return v ? "true" : "false";
+  else if constexpr (is_int_v<T>) return std::to_string(v);
+  else if constexpr (std::same_as<T, std::string>) return v.empty() ? "\"\"" : v;
+  else if constexpr (std::same_as<T, std::vector<int>>) {
+    std::string out;
+    for (int w : v) {
+      if (!out.empty()) out += ',';
+      out += std::to_string(w);
+    }
+    return out;
+  } else {
+    const std::string s = to_string(v);  // enum, schedule
+    return s.empty() ? "\"\"" : s;
+  }
+}
+
+// ---- Validation rules --------------------------------------------------------------------
+
+// A numeric range, each end closed or open. Of a list (hidden), every element.
+struct Range {
+  double lo = -inf, hi = inf;
+  bool lo_open = false, hi_open = false;
+
+  bool contains(double v) const {
+    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  }
+  std::string rule() const {
+    if (hi == inf) {
+      if (lo == 0) return lo_open ? "must be positive" : "must be non-negative";
+      return (lo_open ? "must be greater than " : "must be at least ") + num(lo);
+    }
+    return std::string("must be in ") + (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) +
+           (hi_open ? ")" : "]");
+  }
+};
+Range at_least(double lo) { return {lo, inf}; }
+Range positive() { return {0, inf, true}; }
+Range between(double lo, double hi) { return {lo, hi}; }                 // [lo, hi]
+Range below_one() { return {0, 1, false, true}; }                        // [0, 1)
+Range probability() { return {0, 1, true, true}; }                       // (0, 1)
+struct NonEmpty {};  // a string that must not be ""
+struct Any {};       // no rule (enums: the parse is the rule)
+
+template <class T> void check_rule(const std::string& key, const T& v, const Range& r) {
+  auto one = [&](double x, const std::string& what) {
+    if (!r.contains(x)) bad("/" + key + ": " + what + r.rule() + ", got " + num(x));
+  };
+  if constexpr (std::same_as<T, std::vector<int>>) {
+    for (int w : v) one(w, "every entry ");
+  } else {
+    one(static_cast<double>(v), "");
+  }
+}
+inline void check_rule(const std::string& key, const std::string& v, NonEmpty) {
+  if (v.empty()) bad("/" + key + ": must not be empty");
+}
+template <class T> void check_rule(const std::string&, const T&, Any) {}
+
+// ---- One row of the table -------------------------------------------------------------------
+
+template <class T, class Rule = Any>
+ConfigField field(T TrainConfig::*m, std::string key, std::string flag, std::string help,
+                  Rule rule = {}) {
+  ConfigField f;
+  f.key = key;
+  f.flag = std::move(flag);
+  f.is_bool = std::same_as<T, bool>;
+  if constexpr (is_enum_v<T>) {  // the choices, unless the help already names each
+    bool named = true;
+    for (auto n : EnumNames<T>::names) named = named && help.find(n) != std::string::npos;
+    if (!named) help += " (" + enum_choices<T>() + ")";
+  }
+  const std::string d = text_of(TrainConfig{}.*m);
+  f.help = help + " [default " + d + "]";
+  f.read = [m, key](TrainConfig& c, const JsonReader& r) {
+    if (!r.has(key)) return;
+    try {
+      c.*m = value_from_json<T>(r.at(key));
+    } catch (const Error& e) {
+      r.fail_at(key, e.what());
+    }
+  };
+  f.write = [m](const TrainConfig& c) { return json_of(c.*m); };
+  f.parse = [m](TrainConfig& c, const std::string& s) { c.*m = value_from_text<T>(s); };
+  f.show = [m](const TrainConfig& c) { return text_of(c.*m); };
+  f.check = [m, key, rule](const TrainConfig& c) { check_rule(key, c.*m, rule); };
+  return f;
+}
+
+using C = TrainConfig;
+
+// Every field, once. Adding one: a member in TrainConfig and a line here.
+std::vector<ConfigField> make_table() {
+  return {
+      field(&C::algo, "algo", "--algo",
+            "single (one process), allreduce (data-parallel over the hosts file), gossip "
+            "(D-PSGD), ps-sync / ps-async (parameter servers), local-sgd (periodic model "
+            "averages) or ad-psgd (asynchronous gossip)"),
+      field(&C::data, "data", "--data", "prepared data folder", NonEmpty{}).per_peer(),
+      field(&C::hidden, "hidden", "--hidden", "hidden widths, e.g. 256,256", at_least(1)),
+      field(&C::activation, "activation", "--activation", "activation"),
+      field(&C::epochs, "epochs", "--epochs", "epochs", positive()),
+      field(&C::batch_size, "batch_size", "--batch-size", "expected batch size (Poisson: q * n)",
+            at_least(1)),
+      field(&C::sampling, "sampling", "--sampling", "batch sampling"),
+      field(&C::lr, "lr", "--lr", "learning rate", at_least(0)),
+      field(&C::momentum, "momentum", "--momentum", "SGD momentum", below_one()),
+      field(&C::weight_decay, "weight_decay", "--weight-decay", "L2 weight decay", at_least(0)),
+      field(&C::lr_schedule, "lr_schedule", "--lr-schedule", "learning-rate schedule"),
+      field(&C::ema_decay, "ema_decay", "--ema-decay", "parameter average decay (0: off)",
+            below_one()),
+      field(&C::dp, "dp", "--dp", "DP-SGD; --no-dp: plain SGD, no clipping, no noise"),
+      field(&C::clip_norm, "clip_norm", "--clip-norm", "per-example clip norm C", positive()),
+      field(&C::noise_multiplier, "noise_multiplier", "--noise-multiplier",
+            "sigma (noise sd is sigma * C; 0: calibrate to the target epsilon)", at_least(0)),
+      field(&C::target_epsilon, "target_epsilon", "--target-epsilon",
+            "calibrate sigma to this epsilon"),
+      field(&C::delta, "delta", "--delta", "delta", probability()),
+      field(&C::seed, "seed", "--seed", "seed for the initialisation"),
+      field(&C::noise_seed, "noise_seed", "--noise-seed",
+            "seed for sampling and noise (0: secret, from the OS; set only to reproduce a run, "
+            "since it reveals the noise)")
+          .per_peer()
+          .secret_value(),
+      field(&C::threads, "threads", "--threads", "BLAS threads", between(1, 256)).per_peer(),
+      field(&C::noise_mode, "noise_mode", "--noise-mode",
+            "allreduce: distributed (the sum carries the central noise) or local (every message "
+            "is DP on its own); gossip is always local"),
+      field(&C::topology, "topology", "--topology",
+            "gossip: graph kind (ring, torus, hypercube, exponential, symmetric-exponential, "
+            "one-peer-exponential, complete, star, random-regular), a .json graph file, or hosts "
+            "(the hosts file's topology)",
+            NonEmpty{}),
+      field(&C::topology_weights, "topology_weights", "--topology-weights", "gossip: weight rule"),
+      field(&C::topology_degree, "topology_degree", "--topology-degree",
+            "random-regular: the degree (0: the generator's default)", at_least(0)),
+      field(&C::topology_seed, "topology_seed", "--topology-seed", "random-regular: the seed"),
+      field(&C::topology_schedule, "topology_schedule", "--topology-schedule",
+            "gossip: later graphs, e.g. epoch:5=exponential,step:300=ring"),
+      field(&C::init, "init", "--init",
+            "gossip: same (rank 0's model everywhere) or independent (seed + rank)"),
+      field(&C::metrics_every, "metrics_every", "--metrics-every",
+            "gossip: consensus distance every K steps (0: off)", at_least(0)),
+      field(&C::metrics_eval_rows, "metrics_eval_rows", "--metrics-eval-rows",
+            "gossip: test rows each K-step metrics line evaluates the models on (0: none)",
+            at_least(0)),
+      field(&C::servers, "servers", "--servers",
+            "ps-sync / ps-async: ranks 0..K-1 each hold a contiguous shard of the parameters",
+            between(1, 1024)),
+      field(&C::max_staleness, "max_staleness", "--max-staleness",
+            "ps-async: a worker more than K versions behind blocks until it pulls",
+            between(0, 1e6)),
+      field(&C::local_steps, "local_steps", "--local-steps",
+            "local-sgd: local DP steps between model averages", between(1, 1e6)),
+      field(&C::bucket_bytes, "bucket_bytes", "--bucket-bytes",
+            "allreduce: 0 = one all-reduce of the gradient after the backward pass; else "
+            "all-reduce buckets of this many bytes as the backward pass produces them",
+            between(0, 1099511627776.0)),
+      field(&C::timeout_s, "timeout_s", "--timeout-s", "timeout of every network wait, in seconds",
+            positive()),
+      field(&C::run_name, "run_name", "--run-name", "the run id of the metrics lines (\"\": generated)")
+          .per_peer(),
+      field(&C::metrics, "metrics", "--metrics", "JSON-lines metrics file to append to (\"\": none)")
+          .per_peer(),
+      field(&C::trace, "trace", "--trace", "Chrome trace file to write (\"\": none)").per_peer(),
+  };
+}
+
+}  // namespace
+
+const std::vector<ConfigField>& config_fields() {
+  static const std::vector<ConfigField> table = make_table();
+  return table;
+}
+
 TrainConfig train_config_from_json(const Json& j, const std::string& where) {
   JsonReader r(j, where);
-  r.reject_unknown({"data", "hidden", "activation", "epochs", "batch_size", "sampling", "lr",
-                    "momentum", "weight_decay", "lr_schedule", "ema_decay", "dp", "clip_norm",
-                    "noise_multiplier", "target_epsilon", "delta", "seed", "noise_seed", "threads",
-                    "metrics", "algo", "noise_mode", "timeout_s", "topology",
-                    "topology_weights", "topology_degree", "topology_seed", "topology_schedule",
-                    "init", "metrics_every", "metrics_eval_rows", "run_name"});
+  for (const auto& [key, value] : j.items()) {
+    bool known = false;
+    for (const auto& f : config_fields()) known = known || f.key == key;
+    if (!known) r.fail_at(key, "unknown field");
+  }
   TrainConfig c;
-  if (r.has("data")) c.data = r.string("data");
-  if (r.has("hidden")) {
-    const Json& h = r.at("hidden");
-    if (!h.is_array()) r.fail_at("hidden", "expected an array of widths, got " + h.dump());
-    c.hidden.clear();
-    for (const auto& w : h) {
-      if (!w.is_number_integer()) r.fail_at("hidden", "expected integer widths, got " + h.dump());
-      c.hidden.push_back(w.get<int>());
-    }
-  }
-  if (r.has("activation")) c.activation = r.string("activation");
-  if (r.has("epochs")) c.epochs = r.number("epochs");
-  if (r.has("batch_size")) c.batch_size = r.number("batch_size");
-  if (r.has("sampling")) c.sampling = r.string("sampling");
-  if (r.has("lr")) c.lr = r.number("lr");
-  if (r.has("momentum")) c.momentum = r.number("momentum");
-  if (r.has("weight_decay")) c.weight_decay = r.number("weight_decay");
-  if (r.has("lr_schedule")) c.lr_schedule = r.string("lr_schedule");
-  if (r.has("ema_decay")) c.ema_decay = r.number("ema_decay");
-  if (r.has("dp")) c.dp = r.boolean("dp");
-  if (r.has("clip_norm")) c.clip_norm = r.number("clip_norm");
-  if (r.has("noise_multiplier")) c.noise_multiplier = r.number("noise_multiplier");
-  if (r.has("target_epsilon")) c.target_epsilon = r.number("target_epsilon");
-  if (r.has("delta")) c.delta = r.number("delta");
-  if (r.has("seed")) {
-    const long long s = r.integer("seed");
-    if (s < 0) r.fail_at("seed", "must be non-negative");
-    c.seed = static_cast<std::uint64_t>(s);
-  }
-  if (r.has("noise_seed")) {
-    const long long s = r.integer("noise_seed");
-    if (s < 0) r.fail_at("noise_seed", "must be non-negative");
-    c.noise_seed = static_cast<std::uint64_t>(s);
-  }
-  if (r.has("threads")) c.threads = static_cast<int>(r.integer("threads"));
-  if (r.has("metrics")) c.metrics = r.string("metrics");
-  if (r.has("algo")) c.algo = r.string("algo");
-  if (r.has("noise_mode")) c.noise_mode = r.string("noise_mode");
-  if (r.has("timeout_s")) c.timeout_s = r.number("timeout_s");
-  if (r.has("topology")) c.topology = r.string("topology");
-  if (r.has("topology_weights")) c.topology_weights = r.string("topology_weights");
-  if (r.has("topology_degree")) c.topology_degree = static_cast<int>(r.integer("topology_degree"));
-  if (r.has("topology_seed")) {
-    const long long s = r.integer("topology_seed");
-    if (s < 0) r.fail_at("topology_seed", "must be non-negative");
-    c.topology_seed = static_cast<std::uint64_t>(s);
-  }
-  if (r.has("topology_schedule")) c.topology_schedule = r.string("topology_schedule");
-  if (r.has("init")) c.init = r.string("init");
-  if (r.has("metrics_every")) c.metrics_every = static_cast<int>(r.integer("metrics_every"));
-  if (r.has("metrics_eval_rows")) {
-    c.metrics_eval_rows = static_cast<int>(r.integer("metrics_eval_rows"));
-  }
-  if (r.has("run_name")) c.run_name = r.string("run_name");
+  for (const auto& f : config_fields()) f.read(c, r);
   try {
     validate(c);
   } catch (const Error& e) {
@@ -77,72 +386,35 @@ TrainConfig train_config_from_json(const Json& j, const std::string& where) {
 }
 
 Json to_json(const TrainConfig& c) {
-  return {{"data", c.data},         {"hidden", c.hidden},
-          {"activation", c.activation}, {"epochs", c.epochs},
-          {"batch_size", c.batch_size}, {"sampling", c.sampling},
-          {"lr", c.lr},             {"momentum", c.momentum},
-          {"weight_decay", c.weight_decay}, {"lr_schedule", c.lr_schedule},
-          {"ema_decay", c.ema_decay}, {"dp", c.dp},
-          {"clip_norm", c.clip_norm}, {"noise_multiplier", c.noise_multiplier},
-          {"target_epsilon", c.target_epsilon}, {"delta", c.delta},
-          {"seed", c.seed},         {"noise_seed", c.noise_seed},
-          {"threads", c.threads},
-          {"metrics", c.metrics},   {"algo", c.algo},
-          {"noise_mode", c.noise_mode}, {"timeout_s", c.timeout_s},
-          {"topology", c.topology}, {"topology_weights", c.topology_weights},
-          {"topology_degree", c.topology_degree}, {"topology_seed", c.topology_seed},
-          {"topology_schedule", c.topology_schedule}, {"init", c.init},
-          {"metrics_every", c.metrics_every}, {"metrics_eval_rows", c.metrics_eval_rows},
-          {"run_name", c.run_name}};
+  Json j = Json::object();
+  for (const auto& f : config_fields()) j[f.key] = f.write(c);
+  return j;
 }
 
 std::uint64_t shared_settings_hash(const TrainConfig& c) {
-  Json j = to_json(c);
-  for (const char* key : {"data", "threads", "metrics", "noise_seed", "run_name"}) j.erase(key);
+  Json j = Json::object();
+  for (const auto& f : config_fields()) {
+    if (f.shared) j[f.key] = f.write(c);
+  }
   return fnv1a64(j.dump());  // the canonical dump: keys sorted
 }
 
-namespace {
-void require(bool ok, const std::string& field, const std::string& what) {
-  if (!ok) fail(Code::invalid_argument, "/" + field + ": " + what);
-}
-}  // namespace
-
 void validate(const TrainConfig& c) {
-  for (int w : c.hidden) require(w > 0, "hidden", "widths must be positive");
-  require(c.activation == "relu" || c.activation == "tanh", "activation",
-          "expected relu or tanh, got \"" + c.activation + "\"");
-  require(c.epochs > 0, "epochs", "must be positive");
-  require(c.batch_size >= 1, "batch_size", "must be at least 1");
-  require(c.sampling == "poisson" || c.sampling == "shuffle", "sampling",
-          "expected poisson or shuffle, got \"" + c.sampling + "\"");
-  require(c.lr >= 0, "lr", "must be non-negative");
-  require(c.momentum >= 0 && c.momentum < 1, "momentum", "must be in [0, 1)");
-  require(c.weight_decay >= 0, "weight_decay", "must be non-negative");
-  require(c.lr_schedule == "constant" || c.lr_schedule == "cosine", "lr_schedule",
-          "expected constant or cosine, got \"" + c.lr_schedule + "\"");
-  require(c.ema_decay >= 0 && c.ema_decay < 1, "ema_decay", "must be in [0, 1)");
-  require(c.clip_norm > 0, "clip_norm", "must be positive");
-  require(c.noise_multiplier >= 0, "noise_multiplier", "must be non-negative");
-  require(!c.dp || c.noise_multiplier > 0 || c.target_epsilon > 0, "target_epsilon",
-          "must be positive when noise_multiplier is not given");
-  require(c.delta > 0 && c.delta < 1, "delta", "must be in (0, 1)");
-  require(c.threads >= 1 && c.threads <= 256, "threads", "must be in [1, 256]");
-  require(c.algo == "single" || c.algo == "allreduce" || c.algo == "gossip", "algo",
-          "expected single, allreduce or gossip, got \"" + c.algo + "\"");
-  require(!c.topology.empty(), "topology", "must name a kind or a .json graph file");
-  require(c.topology_weights == "metropolis" || c.topology_weights == "uniform" ||
-              c.topology_weights == "lazy",
-          "topology_weights",
-          "expected metropolis, uniform or lazy, got \"" + c.topology_weights + "\"");
-  require(c.topology_degree >= 0, "topology_degree", "must be non-negative");
-  require(c.init == "same" || c.init == "independent", "init",
-          "expected same or independent, got \"" + c.init + "\"");
-  require(c.metrics_every >= 0, "metrics_every", "must be non-negative (0: off)");
-  require(c.metrics_eval_rows >= 0, "metrics_eval_rows", "must be non-negative (0: none)");
-  require(c.noise_mode == "distributed" || c.noise_mode == "local", "noise_mode",
-          "expected distributed or local, got \"" + c.noise_mode + "\"");
-  require(c.timeout_s > 0, "timeout_s", "must be positive");
+  for (const auto& f : config_fields()) f.check(c);
+  // Rules between fields.
+  if (c.dp && !(c.noise_multiplier > 0) && !(c.target_epsilon > 0)) {
+    bad("/target_epsilon: must be positive when noise_multiplier is not given");
+  }
+}
+
+std::string describe(const TrainConfig& c) {
+  std::string out;
+  for (const auto& f : config_fields()) {
+    if (f.secret) continue;
+    if (!out.empty()) out += ' ';
+    out += f.key + "=" + f.show(c);
+  }
+  return out;
 }
 
 }  // namespace dpg

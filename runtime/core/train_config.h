@@ -1,26 +1,112 @@
 // The training configuration: one JSON file becomes this validated struct; every field can be
 // overridden on the command line. Defaults are the documented DP-SGD recipe (docs/RECIPE.md).
+//
+// Each field is declared twice only: as a member below (its type and default) and as one line of
+// the table in train_config.cc (JSON key, flag, help, range, whether every peer must share it).
+// Reading, writing, the handshake hash, validation, the flags of `dpgossip train` and describe()
+// are all generated from that table.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "runtime/core/error.h"
 #include "runtime/core/json_io.h"
 
 namespace dpg {
 
+// single: one process. allreduce: synchronous data-parallel DP-SGD over a ring all-reduce.
+// gossip: D-PSGD over `topology` (docs/GOSSIP.md). ps-sync / ps-async: parameter servers on the
+// ranks 0..servers-1. local-sgd: `local_steps` local steps between model averages. ad-psgd:
+// asynchronous decentralized SGD.
+enum class Algo { single, allreduce, gossip, ps_sync, ps_async, local_sgd, ad_psgd };
+enum class Activation { relu, tanh };
+enum class NoiseMode { distributed, local };
+enum class Sampling { poisson, shuffle };
+enum class TopologyWeights { metropolis, uniform, lazy };
+enum class LrSchedule { constant, cosine };
+enum class Init { same, independent };
+
+// The strings of each enum, in declaration order: what JSON, the flags and to_string use.
+template <class E> struct EnumNames;
+template <> struct EnumNames<Algo> {
+  static constexpr std::string_view names[] = {"single",   "allreduce", "gossip", "ps-sync",
+                                               "ps-async", "local-sgd", "ad-psgd"};
+};
+template <> struct EnumNames<Activation> {
+  static constexpr std::string_view names[] = {"relu", "tanh"};
+};
+template <> struct EnumNames<NoiseMode> {
+  static constexpr std::string_view names[] = {"distributed", "local"};
+};
+template <> struct EnumNames<Sampling> {
+  static constexpr std::string_view names[] = {"poisson", "shuffle"};
+};
+template <> struct EnumNames<TopologyWeights> {
+  static constexpr std::string_view names[] = {"metropolis", "uniform", "lazy"};
+};
+template <> struct EnumNames<LrSchedule> {
+  static constexpr std::string_view names[] = {"constant", "cosine"};
+};
+template <> struct EnumNames<Init> {
+  static constexpr std::string_view names[] = {"same", "independent"};
+};
+
+std::string to_string(Algo a);
+std::string to_string(Activation a);
+std::string to_string(NoiseMode m);
+std::string to_string(Sampling s);
+std::string to_string(TopologyWeights w);
+std::string to_string(LrSchedule s);
+std::string to_string(Init i);
+
+// "relu or tanh", "single, allreduce, ... or ad-psgd".
+template <class E> std::string enum_choices() {
+  std::string out;
+  const auto& n = EnumNames<E>::names;
+  const std::size_t count = std::size(n);
+  for (std::size_t i = 0; i < count; ++i) {
+    out += (i == 0 ? "" : i + 1 == count ? " or " : ", ");
+    out += n[i];
+  }
+  return out;
+}
+
+// The enum named `s`; throws invalid_argument "expected relu or tanh, got "x"" (the caller adds
+// the field's name).
+template <class E> E parse_enum(std::string_view s) {
+  const auto& n = EnumNames<E>::names;
+  for (std::size_t i = 0; i < std::size(n); ++i) {
+    if (n[i] == s) return static_cast<E>(i);
+  }
+  fail(Code::invalid_argument, "expected " + enum_choices<E>() + ", got \"" + std::string(s) + "\"");
+}
+
+// One later graph of a gossip run: `graph` from `at` epochs (or steps) on.
+struct ScheduleEntry {
+  double at = 0;
+  bool in_epochs = true;
+  std::string graph;  // a kind, a .json graph file, or "hosts"
+  bool operator==(const ScheduleEntry&) const = default;
+};
+// "epoch:5=exponential,step:300=ring"; errors name the entry: entry 0 "epoch:x=ring": ...
+std::vector<ScheduleEntry> parse_topology_schedule(const std::string& text);
+std::string to_string(const std::vector<ScheduleEntry>& schedule);
+
 struct TrainConfig {
   std::string data = "data/fashion-mnist";  // folder written by `dpgossip prepare`
   std::vector<int> hidden = {256};           // hidden layer widths
-  std::string activation = "tanh";           // relu | tanh
+  Activation activation = Activation::tanh;
   double epochs = 40;
   double batch_size = 4096;                  // expected batch size (q * n under Poisson sampling)
-  std::string sampling = "poisson";          // poisson | shuffle (fixed-size shuffled batches)
+  Sampling sampling = Sampling::poisson;     // or fixed-size shuffled batches
   double lr = 1.0;
   double momentum = 0.9;
   double weight_decay = 0.0;
-  std::string lr_schedule = "constant";      // constant | cosine
+  LrSchedule lr_schedule = LrSchedule::constant;
   double ema_decay = 0.995;                  // 0: off; else average of the iterates
   bool dp = true;                            // false: plain SGD, no clipping, no noise
   double clip_norm = 1.0;
@@ -33,26 +119,23 @@ struct TrainConfig {
   // only for reproducible experiments, knowing that whoever knows it can subtract the noise.
   std::uint64_t noise_seed = 0;
   int threads = 2;                           // BLAS threads
-  // single: one process. allreduce: synchronous data-parallel DP-SGD over a ring all-reduce of
-  // every peer in the hosts file. gossip: D-PSGD, each peer mixing its model with its neighbours'
-  // in `topology` (docs/GOSSIP.md).
-  std::string algo = "single";
+  Algo algo = Algo::single;
   // allreduce only. distributed: each of N peers adds N(0, sigma^2 C^2 / N), so the sum carries
   // the central noise. local: each peer adds N(0, sigma^2 C^2), so every message is itself DP.
-  std::string noise_mode = "distributed";
+  NoiseMode noise_mode = NoiseMode::distributed;
   // gossip only. A kind (ring, torus, hypercube, exponential, symmetric-exponential,
   // one-peer-exponential, complete, star, random-regular) or a JSON graph file (a name ending in
   // .json), with the weight rule, degree and seed of the generators (docs/TOPOLOGY.md).
   std::string topology = "ring";
-  std::string topology_weights = "metropolis";  // metropolis | uniform | lazy
+  TopologyWeights topology_weights = TopologyWeights::metropolis;
   int topology_degree = 0;                      // random-regular: d (0: the generator's default)
   std::uint64_t topology_seed = 0;              // random-regular
   // gossip only. Later graphs: "epoch:5=exponential,step:300=ring" switches every peer to the
-  // named graph at that epoch (or step) boundary. "" keeps `topology` for the whole run.
-  std::string topology_schedule;
+  // named graph at that epoch (or step) boundary. Empty keeps `topology` for the whole run.
+  std::vector<ScheduleEntry> topology_schedule;
   // gossip only. same: every peer starts from rank 0's initial model (D-PSGD's x_0). independent:
   // each peer initialises with seed + rank, to watch disagreement decay (with lr 0, plain gossip).
-  std::string init = "same";
+  Init init = Init::same;
   int metrics_every = 5;                        // gossip: consensus distance every K steps (0: off)
   // gossip: the K-step metrics also evaluate each peer's model and the peers' mean on the first
   // this many test rows (0: the consensus distance only; every epoch uses the whole split).
@@ -60,16 +143,53 @@ struct TrainConfig {
   std::string run_name;                         // the "run" of every metrics line ("": generated)
   double timeout_s = 60;                     // every network wait, and the connection set-up
   std::string metrics = "runs/metrics.jsonl";  // JSON-lines file, appended ("" = none)
-  std::string trace;                         // Chrome trace file to write ("" = none)
+  int servers = 1;             // ps-sync / ps-async: ranks 0..servers-1 each hold a shard
+  int max_staleness = 4;       // ps-async: a worker this many versions behind blocks to pull
+  int local_steps = 4;         // local-sgd: local DP steps between model averages
+  long long bucket_bytes = 0;  // allreduce: 0 = one all-reduce after backward; else buckets
+  std::string trace;           // Chrome trace file to write ("" = none)
 };
+
+// One row of the table: everything the readers, writers and the command line know of a field.
+// The operations are generated from the member's type (see train_config.cc).
+struct ConfigField {
+  std::string key;           // JSON key, and the name in errors ("/lr") and describe()
+  std::string flag;          // "--lr"; a bool field also gets "--no-..."
+  std::string help;          // with the choices (for an enum) and the default appended
+  bool shared = true;        // part of the handshake hash (false: a per-peer setting)
+  bool secret = false;       // never printed by describe()
+  bool is_bool = false;      // a switch: --flag / --no-flag instead of a value
+  std::function<void(TrainConfig&, const JsonReader&)> read;  // errors name the JSON path
+  std::function<Json(const TrainConfig&)> write;
+  // The flag's text: "0.1", "256,256", "cosine", "true" (errors name no field; add it).
+  std::function<void(TrainConfig&, const std::string&)> parse;
+  std::function<std::string(const TrainConfig&)> show;  // as the flag would take it
+  std::function<void(const TrainConfig&)> check;        // the range; throws "/key: ..."
+
+  // Table modifiers: field(...).per_peer(), field(...).secret_value().
+  ConfigField per_peer() && {
+    shared = false;
+    return std::move(*this);
+  }
+  ConfigField secret_value() && {
+    secret = true;
+    return std::move(*this);
+  }
+};
+
+// The table, in the order describe() and --help list the fields.
+const std::vector<ConfigField>& config_fields();
 
 // Reads a config object; errors name `where` and the JSON path ("cfg.json: /lr: ...").
 TrainConfig train_config_from_json(const Json& j, const std::string& where);
 Json to_json(const TrainConfig& c);
-// A hash of the settings every peer of one run must share (everything except the data folder,
-// the thread count, the metrics file and the secret noise seed), for the handshake.
+// A hash of the settings every peer of one run must share (everything except the per-peer
+// fields: data folder, thread count, metrics and trace files, run name, the secret noise seed),
+// for the handshake.
 std::uint64_t shared_settings_hash(const TrainConfig& c);
-// Checks ranges; errors name the field.
+// Checks each field's range and the rules between fields; errors name the field ("/lr: ...").
 void validate(const TrainConfig& c);
+// One line for the start of a run: "algo=gossip epochs=40 ..." (the noise seed is not shown).
+std::string describe(const TrainConfig& c);
 
 }  // namespace dpg

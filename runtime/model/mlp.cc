@@ -11,14 +11,6 @@
 
 namespace dpg::model {
 
-Activation parse_activation(const std::string& name) {
-  if (name == "relu") return Activation::relu;
-  if (name == "tanh") return Activation::tanh;
-  fail(Code::invalid_argument, "activation: expected relu or tanh, got \"" + name + "\"");
-}
-
-std::string activation_name(Activation a) { return a == Activation::relu ? "relu" : "tanh"; }
-
 std::vector<int> MlpSpec::widths() const {
   std::vector<int> w{inputs};
   w.insert(w.end(), hidden.begin(), hidden.end());

@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/train_config.h"
+
 namespace dpg::model {
 
-enum class Activation { relu, tanh };
-
-Activation parse_activation(const std::string& name);  // "relu" | "tanh"
-std::string activation_name(Activation a);
+// The config's enum (runtime/core/train_config.h), parsed there once: relu | tanh.
+using Activation = dpg::Activation;
 
 struct MlpSpec {
   int inputs = 0;

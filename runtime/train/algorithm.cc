@@ -18,11 +18,11 @@ std::vector<int> neighbours(const TrainConfig&, int rank, int,
   return graph_neighbours(phases, rank);
 }
 
-// One line per algorithm: name, release, overlaps, uses_graph, peers, factory.
+// One line per algorithm: algo, release, overlaps, uses_graph, peers, factory.
 const AlgoInfo kAlgorithms[] = {
-    {"single", dp::Release::summed, false, false, no_peers, make_single},
-    {"allreduce", dp::Release::summed, false, false, no_peers, make_allreduce},
-    {"gossip", dp::Release::own, true, true, neighbours, make_gossip},
+    {Algo::single, dp::Release::summed, false, false, no_peers, make_single},
+    {Algo::allreduce, dp::Release::summed, false, false, no_peers, make_allreduce},
+    {Algo::gossip, dp::Release::own, true, true, neighbours, make_gossip},
 };
 
 }  // namespace
@@ -37,13 +37,11 @@ void Algorithm::mean_over_peers(collective::Communicator& comm, std::span<const 
   comm.allreduce(out, collective::Reduce::average);
 }
 
-const AlgoInfo& algo_info(const std::string& name) {
+const AlgoInfo& algo_info(Algo algo) {
   for (const auto& a : kAlgorithms) {
-    if (name == a.name) return a;
+    if (a.algo == algo) return a;
   }
-  std::string known;
-  for (const auto& a : kAlgorithms) known += (known.empty() ? "" : ", ") + std::string(a.name);
-  fail(Code::invalid_argument, "algo: unknown algorithm \"" + name + "\" (known: " + known + ")");
+  fail(Code::internal, "algo: \"" + to_string(algo) + "\" has no line in the algorithm table");
 }
 
 std::unique_ptr<Algorithm> make_algorithm(const AlgoSetup& setup) {

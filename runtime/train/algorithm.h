@@ -15,7 +15,8 @@
 // Adding an algorithm: write a class deriving from Algorithm in its own file (algo_*.cc), give it
 // a line in the table in algorithm.cc (its name, how its noise reaches the model, whether its
 // transport must move data while the peer computes, which peers it talks to, and its factory),
-// and a value in TrainConfig's `algo`. Nothing in the trainer changes.
+// and a value in the `Algo` enum and its names (runtime/core/train_config.h). Nothing in the
+// trainer changes.
 #pragma once
 
 #include <cstddef>
@@ -86,7 +87,7 @@ class Algorithm {
 
 // The table every algorithm has one line in.
 struct AlgoInfo {
-  const char* name;                 // the value of `algo`
+  Algo algo;                        // its value of `algo` in the config
   dp::Release release;              // how a peer's noise reaches the model (the privacy plan)
   // The transport must move messages while the peer computes (an I/O thread): the algorithm
   // overlaps communication with computation, or answers other peers asynchronously.
@@ -99,8 +100,8 @@ struct AlgoInfo {
   std::unique_ptr<Algorithm> (*make)(const AlgoSetup& setup);
 };
 
-// The line of `name`; throws invalid_argument listing the known names.
-const AlgoInfo& algo_info(const std::string& name);
+// The line of `algo`; throws internal when an algorithm of the config has no line.
+const AlgoInfo& algo_info(Algo algo);
 // The algorithm a run uses: config.algo's, or `single` when the run has one peer.
 std::unique_ptr<Algorithm> make_algorithm(const AlgoSetup& setup);
 // Every peer `rank` exchanges models with in any phase (ascending, without rank).

@@ -59,7 +59,7 @@ Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) co
             {"epsilon", finite_or_null(epsilon)},
             {"message_epsilon", finite_or_null(message_epsilon)},
             {"peers", peers},
-            {"algo", c.algo},
+            {"algo", to_string(c.algo)},
             {"noise_mode", plan.noise_mode},
             {"peer_noise_multiplier", plan.peer_sigma},
             {"best_alpha", finite_or_null(best_alpha)},
@@ -68,13 +68,13 @@ Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) co
             {"noise_multiplier", plan.model_sigma},
             {"clip_norm", c.clip_norm},
             {"sample_rate", plan.q},
-            {"sampling", c.sampling},
+            {"sampling", to_string(c.sampling)},
             {"epochs", c.epochs},
             {"steps", steps},
             {"samples_per_second", samples_per_second},
             {"wall_s", wall_s},
             {"dropped_examples", dropped_examples},
-            {"topology", c.algo},
+            {"topology", to_string(c.algo)},
             {"rho", 0.0},
             {"spectral_gap", 1.0},
             {"accountant", accountant},
@@ -82,7 +82,7 @@ Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) co
   if (!peer_epsilons.empty()) j["peer_epsilons"] = peer_epsilons;
   if (!peer_test_accuracy.empty()) j["peer_test_accuracy"] = peer_test_accuracy;
   merge(j, extra);
-  if (c.dp && c.sampling != "poisson") {
+  if (c.dp && c.sampling != Sampling::poisson) {
     j["epsilon_note"] = "epsilon assumes Poisson sampling; this run used fixed-size shuffled batches";
   }
   return j;

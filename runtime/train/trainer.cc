@@ -32,7 +32,7 @@ model::MlpSpec spec_for(const TrainConfig& c, const data::Dataset& d) {
   s.inputs = static_cast<int>(d.cols);
   s.hidden = c.hidden;
   s.classes = d.num_classes;
-  s.activation = model::parse_activation(c.activation);
+  s.activation = c.activation;
   return s;
 }
 
@@ -47,7 +47,7 @@ struct RunState {
   RunState(const TrainConfig& c, const data::Dataset& train, const dp::PrivacyPlan& plan,
            int rank)
       : spec(spec_for(c, train)),
-        model(spec, c.init == "independent" ? c.seed + static_cast<std::uint64_t>(rank) : c.seed),
+        model(spec, c.init == Init::independent ? c.seed + static_cast<std::uint64_t>(rank) : c.seed),
         released(spec, c.seed),
         noise_seed(c.noise_seed != 0 ? c.noise_seed : secret_seed()),
         mechanism(model.num_params(),
@@ -60,7 +60,7 @@ struct RunState {
             {.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}) {
     const double q = plan.peer_q[static_cast<std::size_t>(rank)];
     const Rng rng(noise_seed, stream_for(stream::kSampler, static_cast<std::uint64_t>(rank)));
-    if (c.sampling == "poisson") {
+    if (c.sampling == Sampling::poisson) {
       poisson.emplace(train.rows, q, rng);
     } else {
       // This peer's share of the global batch, so that all peers together take batch_size.
@@ -116,7 +116,7 @@ Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicat
   dp::PlanInputs in;
   in.dp = config_.dp;
   in.release = world() > 1 ? algo_info(config_.algo).release : dp::Release::summed;
-  in.distributed_noise = config_.noise_mode == "distributed";
+  in.distributed_noise = config_.noise_mode == NoiseMode::distributed;
   in.shard_rows = rows;
   in.batch_size = config_.batch_size;
   in.epochs = config_.epochs;
@@ -138,7 +138,7 @@ std::span<const float> Trainer::params() const {
 
 void Trainer::log_start(const RunState& s) const {
   const TrainConfig& c = config_;
-  DPG_INFO("train: rank " << rank() << " of " << world() << ", " << c.algo << ", "
+  DPG_INFO("train: rank " << rank() << " of " << world() << ", " << to_string(c.algo) << ", "
                           << data_.train.rows << " examples here (" << total_rows_
                           << " in all), q = " << plan_.q << " (this peer samples at "
                           << plan_.peer_q[static_cast<std::size_t>(rank())] << "), "
@@ -147,9 +147,8 @@ void Trainer::log_start(const RunState& s) const {
                           << plan_.peer_sigma << ", " << plan_.noise_mode
                           << " noise; the model's " << plan_.model_sigma << "), clip "
                           << c.clip_norm << ", noise seed "
-                          << (c.noise_seed != 0 ? "from the config" : "secret (OS entropy)")
-                          << ", config " << dpg::to_json(c).dump());
-  if (c.dp && c.sampling != "poisson") {
+                          << (c.noise_seed != 0 ? "from the config" : "secret (OS entropy)"));
+  if (c.dp && c.sampling != Sampling::poisson) {
     DPG_WARN("train: sampling is 'shuffle'; the reported epsilon assumes Poisson sampling");
   }
   (void)s;
@@ -177,7 +176,7 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
       private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats, tracer_);
   // Exchange and update.
   trace::Span update(tracer_, "update", "compute");
-  s.lr = c.lr_schedule == "cosine"
+  s.lr = c.lr_schedule == LrSchedule::cosine
              ? c.lr * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(t) / plan_.steps))
              : c.lr;
   s.sgd.set_lr(s.lr);
@@ -264,7 +263,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
   state_ = std::make_unique<RunState>(c, data_.train, plan_, rank());
   RunState& s = *state_;
   s.evaluator.emplace(data_.test, comm_);
-  if (comm_ && c.init == "same") {
+  if (comm_ && c.init == Init::same) {
     // Seeded initialisation already agrees; the broadcast makes it so whatever the build.
     comm_->broadcast(std::as_writable_bytes(std::span<float>(s.model.params())), 0);
   }

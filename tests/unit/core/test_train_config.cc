@@ -1,0 +1,216 @@
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+
+#include "runtime/core/error.h"
+#include "runtime/core/train_config.h"
+
+namespace {
+
+std::string error_of(const dpg::Json& j) {
+  try {
+    dpg::train_config_from_json(j, "cfg.json:");
+  } catch (const dpg::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Every field away from its default.
+dpg::TrainConfig unusual() {
+  dpg::TrainConfig c;
+  c.data = "elsewhere";
+  c.hidden = {64, 32};
+  c.activation = dpg::Activation::relu;
+  c.epochs = 2.5;
+  c.batch_size = 512;
+  c.sampling = dpg::Sampling::shuffle;
+  c.lr = 0.25;
+  c.momentum = 0.5;
+  c.weight_decay = 1e-4;
+  c.lr_schedule = dpg::LrSchedule::cosine;
+  c.ema_decay = 0;
+  c.dp = false;
+  c.clip_norm = 2;
+  c.noise_multiplier = 1.1;
+  c.target_epsilon = 8;
+  c.delta = 1e-6;
+  c.seed = 18446744073709551615ull;
+  c.noise_seed = 9;
+  c.threads = 3;
+  c.algo = dpg::Algo::ps_async;
+  c.noise_mode = dpg::NoiseMode::local;
+  c.topology = "exponential";
+  c.topology_weights = dpg::TopologyWeights::lazy;
+  c.topology_degree = 3;
+  c.topology_seed = 5;
+  c.topology_schedule = {{5, true, "ring"}, {300, false, "g.json"}};
+  c.init = dpg::Init::independent;
+  c.metrics_every = 0;
+  c.metrics_eval_rows = 10;
+  c.run_name = "r1";
+  c.timeout_s = 2.5;
+  c.metrics = "";
+  c.servers = 2;
+  c.max_staleness = 0;
+  c.local_steps = 8;
+  c.bucket_bytes = 1 << 20;
+  c.trace = "t.json";
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("train config: a non-default config survives to_json and back") {
+  const dpg::TrainConfig c = unusual();
+  const dpg::Json j = dpg::to_json(c);
+  CHECK(j.size() == dpg::config_fields().size());
+  CHECK(j["algo"] == "ps-async");
+  CHECK(j["noise_mode"] == "local");
+  CHECK(j["topology_schedule"] == "epoch:5=ring,step:300=g.json");
+  const dpg::TrainConfig back = dpg::train_config_from_json(j, "cfg.json:");
+  CHECK(dpg::to_json(back) == j);
+  CHECK(back.seed == c.seed);
+  CHECK(back.topology_schedule == c.topology_schedule);
+  CHECK(back.hidden == c.hidden);
+  CHECK(back.algo == dpg::Algo::ps_async);
+  // Every field differs from its default, so the round trip is a real one.
+  const dpg::Json d = dpg::to_json(dpg::TrainConfig{});
+  for (const auto& f : dpg::config_fields()) CHECK_MESSAGE(d[f.key] != j[f.key], f.key);
+}
+
+TEST_CASE("train config: the defaults are the recipe's") {
+  const dpg::TrainConfig c = dpg::train_config_from_json(dpg::Json::object(), "cfg.json:");
+  CHECK(c.algo == dpg::Algo::single);
+  CHECK(c.activation == dpg::Activation::tanh);
+  CHECK(c.servers == 1);
+  CHECK(c.max_staleness == 4);
+  CHECK(c.local_steps == 4);
+  CHECK(c.bucket_bytes == 0);
+  CHECK(c.trace.empty());
+  CHECK(c.topology_schedule.empty());
+  CHECK(has(dpg::describe(c), "algo=single"));
+  CHECK(has(dpg::describe(c), " epochs=40 "));
+  CHECK(!has(dpg::describe(c), "noise_seed"));  // secret
+}
+
+TEST_CASE("train config: an unknown key is rejected by name") {
+  CHECK(has(error_of({{"epochs", 2}, {"learning_rate", 0.1}}),
+            "cfg.json:/learning_rate: unknown field"));
+}
+
+TEST_CASE("train config: a bad enum value names the path and the choices") {
+  const std::string e = error_of({{"algo", "gosip"}});
+  CHECK(has(e, "cfg.json:/algo: "));
+  CHECK(has(e, "single, allreduce, gossip, ps-sync, ps-async, local-sgd or ad-psgd"));
+  CHECK(has(e, "\"gosip\""));
+  CHECK(has(error_of({{"activation", "sigmoid"}}), "cfg.json:/activation: expected relu or tanh"));
+  CHECK(has(error_of({{"sampling", 3}}), "cfg.json:/sampling: expected a string"));
+  for (const char* a : {"single", "allreduce", "gossip", "ps-sync", "ps-async", "local-sgd",
+                        "ad-psgd"}) {
+    CHECK(dpg::to_string(dpg::train_config_from_json({{"algo", a}}, "x").algo) == a);
+  }
+}
+
+TEST_CASE("train config: out-of-range numbers name the field") {
+  CHECK(has(error_of({{"lr", -1}}), "cfg.json:/lr: must be non-negative"));
+  CHECK(has(error_of({{"delta", 2.0}}), "cfg.json:/delta: must be in (0, 1)"));
+  CHECK(has(error_of({{"momentum", 1.0}}), "cfg.json:/momentum: must be in [0, 1)"));
+  CHECK(has(error_of({{"threads", 0}}), "cfg.json:/threads: must be in [1, 256]"));
+  CHECK(has(error_of({{"servers", 1025}}), "cfg.json:/servers: must be in [1, 1024]"));
+  CHECK(has(error_of({{"local_steps", 0}}), "cfg.json:/local_steps"));
+  CHECK(has(error_of({{"max_staleness", -1}}), "cfg.json:/max_staleness"));
+  CHECK(has(error_of({{"bucket_bytes", 1LL << 41}}), "cfg.json:/bucket_bytes"));
+  CHECK(error_of({{"bucket_bytes", 1LL << 40}}).empty());
+  CHECK(has(error_of({{"hidden", {256, -1}}}), "cfg.json:/hidden"));
+  CHECK(has(error_of({{"seed", -1}}), "cfg.json:/seed: must be non-negative"));
+  CHECK(has(error_of({{"threads", 1.5}}), "cfg.json:/threads: expected an integer"));
+  CHECK(has(error_of({{"lr", "fast"}}), "cfg.json:/lr: expected a number"));
+  CHECK(has(error_of({{"target_epsilon", 0}, {"noise_multiplier", 0}}), "/target_epsilon"));
+  CHECK(error_of({{"target_epsilon", 0}, {"noise_multiplier", 1}}).empty());
+  CHECK(error_of({{"target_epsilon", 0}, {"dp", false}}).empty());
+}
+
+TEST_CASE("train config: the hash ignores exactly the per-peer fields") {
+  const std::set<std::string> per_peer = {"data", "threads", "metrics", "noise_seed", "run_name",
+                                          "trace"};
+  const dpg::TrainConfig base;
+  const dpg::TrainConfig other = unusual();
+  const dpg::Json changed = dpg::to_json(other);
+  std::set<std::string> ignored;
+  for (const auto& f : dpg::config_fields()) {
+    // The defaults with this one field taken from `unusual`.
+    dpg::Json j = dpg::to_json(base);
+    j[f.key] = changed[f.key];
+    const dpg::TrainConfig c = dpg::train_config_from_json(j, "x");
+    if (dpg::shared_settings_hash(c) == dpg::shared_settings_hash(base)) ignored.insert(f.key);
+    CHECK(f.shared == !per_peer.count(f.key));
+  }
+  CHECK(ignored == per_peer);
+}
+
+TEST_CASE("train config: the topology schedule is parsed when read") {
+  const auto s = dpg::parse_topology_schedule("epoch:5=exponential,step:300=ring,epoch:7.5=g.json");
+  REQUIRE(s.size() == 3);
+  CHECK(s[0] == dpg::ScheduleEntry{5, true, "exponential"});
+  CHECK(s[1] == dpg::ScheduleEntry{300, false, "ring"});
+  CHECK(s[2] == dpg::ScheduleEntry{7.5, true, "g.json"});
+  CHECK(dpg::to_string(s) == "epoch:5=exponential,step:300=ring,epoch:7.5=g.json");
+  CHECK(dpg::parse_topology_schedule("").empty());
+  const auto c = dpg::train_config_from_json({{"topology_schedule", "epoch:1=ring"}}, "x");
+  CHECK(c.topology_schedule.size() == 1);
+
+  CHECK(has(error_of({{"topology_schedule", "epoch:x=ring"}}),
+            "cfg.json:/topology_schedule: entry 0 \"epoch:x=ring\": not a number"));
+  CHECK(has(error_of({{"topology_schedule", "epoch:1=ring,hour:2=ring"}}),
+            "/topology_schedule: entry 1 \"hour:2=ring\": the unit is epoch or step"));
+  CHECK(has(error_of({{"topology_schedule", "ring"}}), "entry 0 \"ring\": expected epoch:E=GRAPH"));
+  CHECK(has(error_of({{"topology_schedule", "step:0=ring"}}), "must start after the first round"));
+  CHECK(has(error_of({{"topology_schedule", "epoch:3=ring,epoch:2=star"}}),
+            "entry 1 \"epoch:2=star\": must come after entry 0"));
+  CHECK(has(error_of({{"topology_schedule", "epoch:3="}}), "no graph"));
+}
+
+TEST_CASE("train config: every table entry has its own key and flag, and parses its own text") {
+  std::set<std::string> keys, flags;
+  const dpg::TrainConfig u = unusual();
+  for (const auto& f : dpg::config_fields()) {
+    CHECK_MESSAGE(keys.insert(f.key).second, f.key);
+    CHECK_MESSAGE(flags.insert(f.flag).second, f.flag);
+    CHECK(f.flag.rfind("--", 0) == 0);
+    CHECK(!f.help.empty());
+    // The flag's text of a value reads back as the same value.
+    dpg::TrainConfig c;
+    if (f.show(u) != "\"\"") {
+      f.parse(c, f.show(u));
+      CHECK_MESSAGE(f.write(c) == f.write(u), f.key);
+    }
+  }
+  CHECK(flags.count("--algo"));
+  CHECK(flags.count("--noise-multiplier"));
+  CHECK(flags.count("--dp"));
+}
+
+TEST_CASE("train config: flag text errors") {
+  dpg::TrainConfig c;
+  const auto& fields = dpg::config_fields();
+  auto by_key = [&](const std::string& k) -> const dpg::ConfigField& {
+    for (const auto& f : fields)
+      if (f.key == k) return f;
+    FAIL("no field " << k);
+    return fields.front();
+  };
+  CHECK_THROWS_WITH_AS(by_key("lr").parse(c, "fast"), doctest::Contains("expected a number"),
+                       dpg::Error);
+  CHECK_THROWS_WITH_AS(by_key("hidden").parse(c, "256,x"),
+                       doctest::Contains("comma-separated integers"), dpg::Error);
+  CHECK_THROWS_WITH_AS(by_key("init").parse(c, "random"),
+                       doctest::Contains("expected same or independent"), dpg::Error);
+  by_key("hidden").parse(c, "256,256");
+  CHECK(c.hidden == std::vector<int>{256, 256});
+}
