@@ -9,6 +9,8 @@ Per peer (pid) and overall:
   exposed        the length of the union of the "wait" spans: the time the peer was blocked on one;
   hidden share   1 - exposed / communication: the part of the communication time that overlapped
                  with something other than waiting (compute, or posting more work);
+                 both leave out the time inside "eval" spans (evaluation's and the consensus
+                 metrics' collectives are not training traffic);
   compute        the summed duration of the spans of every other category, per span name
                  (sample, forward_backward, clip, noise, eval, ...).
 Overall sums each peer's communication and exposed time before taking the share. Times in ms.
@@ -20,7 +22,7 @@ import json
 import sys
 from collections import defaultdict
 
-COMM, WAIT = "comm", "wait"
+COMM, WAIT, EVAL = "comm", "wait", "eval"
 
 
 def union_length(intervals):
@@ -38,6 +40,24 @@ def union_length(intervals):
     return total
 
 
+def subtract(intervals, holes):
+    """The parts of [begin, end) `intervals` outside every interval of `holes`."""
+    holes = sorted(holes)
+    out = []
+    for b, e in intervals:
+        for hb, he in holes:
+            if he <= b or hb >= e:
+                continue
+            if hb > b:
+                out.append((b, hb))
+            b = max(b, he)
+            if b >= e:
+                break
+        if b < e:
+            out.append((b, e))
+    return out
+
+
 def load_events(path):
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
@@ -50,7 +70,7 @@ def load_events(path):
 
 def summarise(events):
     names = {}
-    comm, wait = defaultdict(list), defaultdict(list)
+    comm, wait, evals = defaultdict(list), defaultdict(list), defaultdict(list)
     compute = defaultdict(lambda: defaultdict(float))
     extent = {}
     for e in events:
@@ -70,6 +90,8 @@ def summarise(events):
             wait[pid].append((b, end))
         else:
             compute[pid][e["name"]] += end - b
+            if cat == EVAL:
+                evals[pid].append((b, end))
 
     def share(c, x):
         return None if c <= 0 else 1.0 - x / c
@@ -78,8 +100,9 @@ def summarise(events):
     total_c = total_x = 0.0
     total_compute = defaultdict(float)
     for pid in sorted(set(extent) | set(names), key=lambda p: (p is None, p)):
-        c = union_length(comm[pid]) / 1000.0
-        x = union_length(wait[pid]) / 1000.0
+        # Evaluation's collectives are metrics, not training: left out of both.
+        c = union_length(subtract(comm[pid], evals[pid])) / 1000.0
+        x = union_length(subtract(wait[pid], evals[pid])) / 1000.0
         lo, hi = extent.get(pid, (0.0, 0.0))
         peers.append({
             "pid": pid,
