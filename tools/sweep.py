@@ -11,6 +11,8 @@ The sweep file (docs/TOOLS.md has the full format):
             "peers": [8], "seed": [1]},
    "runs": [{"algo": "gossip", "topology": "torus", "peers": 16, "seed": 2,
              "args": ["--lr", "0.5"]}]}
+With "trace": true every run also writes OUT/traces/NAME.json (--trace), and the table gives the
+share of its training communication hidden behind compute (tools/trace_summary.py).
 The runs are the cartesian product of "grid" (topology applies to the graph algorithms, gossip
 and ad-psgd, only: other algos run once per peers x seed) followed by the "runs" list. Each is run from the current folder as
   BINARY launch --peers P -- train --algo A [--topology T] --seed S --run-name NAME \\
@@ -42,11 +44,12 @@ import metrics
 import plot_consensus
 import plot_gap
 import plot_metrics
+import trace_summary
 
 ALGOS = ("single", "allreduce", "gossip", "ps-sync", "ps-async", "local-sgd", "ad-psgd")
 GRAPH_ALGOS = ("gossip", "ad-psgd")  # the algorithms that take a topology
 DEFAULTS = {"binary": "build/apps/dpgossip", "out": "results/sweep", "timeout_s": 3600,
-            "common": [], "grid": None, "runs": []}
+            "common": [], "grid": None, "runs": [], "trace": False}
 RUN_KEYS = ("algo", "topology", "peers", "seed")  # the keys of "grid"; "runs" adds "args"
 PLOTS = (("convergence.png", plot_metrics), ("consensus.png", plot_consensus),
          ("accuracy_vs_gap.png", plot_gap))
@@ -80,6 +83,7 @@ CHECKS = {
     "common": (is_str_list, "a list of strings"),
     "grid": (lambda v: isinstance(v, dict) and v != {}, "a non-empty object"),
     "runs": (lambda v: isinstance(v, list), "a list of objects"),
+    "trace": (lambda v: isinstance(v, bool), "true or false"),
 }
 
 
@@ -106,6 +110,7 @@ class Sweep(NamedTuple):
     timeout_s: float
     common: list
     runs: list
+    trace: bool = False
 
 
 # --- the sweep file ------------------------------------------------------------------------
@@ -177,7 +182,8 @@ def parse_sweep(path, spec, out=None):
     if twice:
         raise SweepError(f"{path}: run name {', '.join(twice)} comes twice "
                          "(every run needs its own name)")
-    return Sweep(path, s["binary"], out or s["out"], s["timeout_s"], s["common"], runs)
+    return Sweep(path, s["binary"], out or s["out"], s["timeout_s"], s["common"], runs,
+                 s["trace"])
 
 
 def load_sweep(path, out=None):
@@ -200,11 +206,16 @@ def metrics_path(sweep):
     return os.path.join(sweep.out, "metrics.jsonl")
 
 
+def trace_path(sweep, run):
+    return os.path.join(sweep.out, "traces", f"{run.name}.json")
+
+
 def command(sweep, run):
     topology = ["--topology", run.topology] if run.topology else []
+    trace = ["--trace", trace_path(sweep, run)] if sweep.trace else []
     return [sweep.binary, "launch", "--peers", str(run.peers), "--", "train",
             "--algo", run.algo, *topology, "--seed", str(run.seed), "--run-name", run.name,
-            "--metrics", metrics_path(sweep), "--json", *sweep.common, *run.args]
+            "--metrics", metrics_path(sweep), "--json", *trace, *sweep.common, *run.args]
 
 
 def stop(proc):
@@ -259,6 +270,8 @@ def check_binary(sweep):
 def run_all(sweep):
     """Run every run; returns [(run, command, status)]."""
     os.makedirs(os.path.join(sweep.out, "logs"), exist_ok=True)
+    if sweep.trace:
+        os.makedirs(os.path.join(sweep.out, "traces"), exist_ok=True)
     if os.path.exists(metrics_path(sweep)):
         os.replace(metrics_path(sweep), metrics_path(sweep) + ".old")
         print(f"sweep: kept the previous {metrics_path(sweep)} as metrics.jsonl.old",
@@ -297,12 +310,28 @@ def fmt(value, spec, missing="-"):
     return format(value, spec) if metrics.is_finite(value) else missing
 
 
-def table_row(run, cmd, status, summary):
+def hidden_share(sweep, run):
+    """The share of the run's training communication hidden behind compute, from its trace."""
+    path = trace_path(sweep, run)
+    if not sweep.trace or not os.path.exists(path):
+        return None
+    try:
+        return trace_summary.summarise(trace_summary.load_events(path))["overall"]["hidden_share"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"sweep: {path}: {e}", file=sys.stderr)
+        return None
+
+
+def table_row(sweep, run, cmd, status, summary):
     s = summary or {}
     accuracy = s.get("test_accuracy")
+    hidden = hidden_share(sweep, run)
     cells = [run.name, run.algo, run.topology or "-", str(run.peers), str(run.seed), status,
              fmt(100 * accuracy if metrics.is_finite(accuracy) else None, ".2f"),
              fmt(s.get("epsilon"), ".3g", "no DP" if "epsilon" in s else "-"),
+             fmt(s.get("message_epsilon"), ".3g", "no DP" if "message_epsilon" in s else "-"),
+             fmt(s.get("samples_per_second"), ".0f"),
+             fmt(100 * hidden if hidden is not None else None, ".0f"),
              fmt(s.get("spectral_gap"), ".4g"), fmt(s.get("wall_s"), ".1f"),
              f"`{shlex.join(cmd)}`"]
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
@@ -316,8 +345,10 @@ def write_summary(sweep, results, runs, notes):
     for file, note in notes.items():
         lines += [f"![{file}]({file})" if note is None else f"{file}: {note}", ""]
     lines += ["| run | algo | topology | peers | seed | status | test accuracy (%) | epsilon "
-              "| spectral gap | wall s | command |", "|" + "---|" * 11]
-    lines += [table_row(run, cmd, status, runs[run.name].summary if run.name in runs else None)
+              "| message epsilon | samples/s | hidden comm (%) | spectral gap | wall s | command |",
+              "|" + "---|" * 14]
+    lines += [table_row(sweep, run, cmd, status,
+                        runs[run.name].summary if run.name in runs else None)
               for run, cmd, status in results]
     path = os.path.join(sweep.out, "summary.md")
     with open(path + ".tmp", "w", encoding="utf-8") as f:

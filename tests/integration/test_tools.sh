@@ -108,7 +108,7 @@ grep -q "gossip-ring-n4-s3 | gossip | ring | 4 | 3 | exit 3 |" res2/summary.md |
   fail "summary.md: no failed row: $(cat res2/summary.md)"
 grep -q "allreduce-n4-s9 .* timed out after 2 s" res2/summary.md ||
   fail "summary.md: no timed-out row: $(cat res2/summary.md)"
-grep -qE "^\| gossip-torus-n16-s2 \| gossip \| torus \| 16 \| 2 \| ok \| [0-9.]+ \| 3 \| 0.0507[0-9]* " \
+grep -qE "^\| gossip-torus-n16-s2 \| gossip \| torus \| 16 \| 2 \| ok \| [0-9.]+ \| 3 \| [^|]+ \| [^|]+ \| - \| 0.0507[0-9]* " \
   res2/summary.md || fail "summary.md: no torus row with accuracy and gap: $(cat res2/summary.md)"
 grep -qF '`./fake launch --peers 8 -- train --algo allreduce --seed 1 ' res2/summary.md ||
   fail "summary.md: no command"
@@ -135,6 +135,18 @@ expect_sweep_error "key 'runs[0].args'" \
   '{"runs": [{"algo": "single", "peers": 1, "seed": 1, "args": "--lr 1"}]}'
 expect_sweep_error "key 'common'" "{\"common\": \"--epochs 1\", \"runs\": [$one]}"
 expect_sweep_error "key 'grid': missing 'topology'" '{"grid": {"algo": ["gossip"], "peers": [4], "seed": [1]}}'
+expect_sweep_error "key 'grid': missing 'topology'" '{"grid": {"algo": ["ad-psgd"], "peers": [4], "seed": [1]}}'
+expect_sweep_error "key 'runs[0].topology': only gossip and ad-psgd take a topology" \
+  '{"runs": [{"algo": "ps-sync", "peers": 4, "seed": 1, "topology": "ring"}]}'
+expect_sweep_error "key 'trace'" "{\"trace\": 1, \"runs\": [$one]}"
+
+# Every algorithm is accepted; with "trace" every run writes its trace under traces/.
+echo '{"trace": true, "grid": {"algo": ["allreduce", "gossip", "ps-sync", "ps-async", "local-sgd",
+  "ad-psgd"], "topology": ["ring"], "peers": [4], "seed": [1]}}' >all.json
+out=$("$PY" "$tools/sweep.py" all.json --out allres --dry-run) || fail "sweep all algorithms: exit $?"
+[[ $(grep -c -- "--trace allres/traces/" <<<"$out") == 6 ]] || fail "sweep trace commands: $out"
+grep -qF -- "--algo ad-psgd --topology ring" <<<"$out" || fail "sweep: ad-psgd without its graph: $out"
+grep -qF -- "--algo ps-async --seed" <<<"$out" || fail "sweep: ps-async: $out"
 expect_sweep_error "key 'binary'" "{\"binary\": \"no/such/dpgossip\", \"runs\": [$one]}"
 expect_sweep_error "badsweep.json:3: not valid JSON" $'{"runs": [\n\n}'
 
