@@ -1,6 +1,7 @@
 // dpgossip train: config from a JSON file, every field overridable by a flag; prepares
-// Fashion-MNIST first when the data folder has no manifest yet. With --algo allreduce or gossip
-// and a hosts file it is one peer of a run over TCP; rank 0 reports and writes the metrics.
+// Fashion-MNIST first when the data folder has no manifest yet. With --algo allreduce, gossip or
+// ad-psgd and a hosts file it is one peer of a run over TCP; rank 0 reports and writes the
+// metrics.
 #include <ctime>
 #include <optional>
 #include <filesystem>
@@ -110,7 +111,7 @@ data::Prepared load_or_prepare(const TrainConfig& c, int rank, int world) {
   return data::load_for_peer(c.data, rank, world, c.seed);
 }
 
-// The peers of this run: the hosts file for --algo allreduce or gossip, or this process alone.
+// The peers of this run: the hosts file for a distributed --algo, or this process alone.
 struct Peers {
   net::HostsFile hosts;
   int rank = 0;
@@ -121,7 +122,7 @@ Peers peers_for(const TrainConfig& c, const TrainFlags& f) {
   Peers p;
   if (c.algo == "single") {
     if (!f.hosts.empty() || f.rank) {
-      fail(Code::invalid_argument, "train: --hosts and --rank need --algo allreduce or gossip");
+      fail(Code::invalid_argument, "train: --hosts and --rank need --algo allreduce, gossip or ad-psgd");
     }
     return p;
   }
@@ -150,9 +151,9 @@ std::string default_run_name(const TrainConfig& c, int world) {
   char when[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(when, sizeof when, "%Y%m%d-%H%M%S", std::localtime(&now));
-  std::string graph = c.algo == "gossip" ? "-" + std::filesystem::path(c.topology).stem().string()
-                                         : "";
-  if (c.algo == "gossip" && !c.topology_schedule.empty()) graph += "-swap";
+  const bool graph_based = train::algo_info(c.algo).uses_graph;
+  std::string graph = graph_based ? "-" + std::filesystem::path(c.topology).stem().string() : "";
+  if (graph_based && !c.topology_schedule.empty()) graph += "-swap";
   return c.algo + graph + "-n" + std::to_string(world) + "-" + when;
 }
 
@@ -231,9 +232,11 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
               << " noise; the worst peer's data); epsilon " << summary.message_epsilon
               << " for any one peer's messages";
   }
-  if (s.contains("rho") && s["topology"] != c.algo) {
-    std::cout << " (graph " << s["topology"].get<std::string>() << ", rho "
-              << s["rho"].get<double>() << ")";
+  if (s.contains("topology") && s["topology"] != c.algo) {
+    std::cout << " (graph " << s["topology"].get<std::string>();
+    if (s.contains("rho")) std::cout << ", rho " << s["rho"].get<double>();
+    if (s.contains("pairings")) std::cout << ", " << s["pairings"].get<long long>() << " pairings";
+    std::cout << ")";
   }
   std::cout << ", " << summary.peers << " peer" << (summary.peers > 1 ? "s" : "")
             << ", noise multiplier " << plan.model_sigma << ", " << summary.steps << " steps, "
@@ -273,9 +276,10 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--no-dp", f->no_dp, "plain SGD: no clipping, no noise");
   cmd->add_flag("--json", f->json, "print the summary as one JSON object");
   cmd->add_option("--algo", c.algo,
-                  "single, allreduce (data-parallel over the hosts file) or gossip (D-PSGD)");
+                  "single, allreduce (data-parallel over the hosts file), gossip (D-PSGD) or "
+                  "ad-psgd (asynchronous pairwise averaging on a bipartite graph)");
   cmd->add_option("--topology", c.topology,
-                  "gossip: graph kind (ring, torus, hypercube, exponential, "
+                  "gossip, ad-psgd: graph kind (ring, torus, hypercube, exponential, "
                   "symmetric-exponential, one-peer-exponential, complete, star, random-regular), "
                   "a .json graph file, or hosts (the hosts file's topology; default " +
                       d.topology + ")");

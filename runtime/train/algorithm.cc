@@ -23,6 +23,7 @@ const AlgoInfo kAlgorithms[] = {
     {"single", dp::Release::summed, false, false, no_peers, make_single},
     {"allreduce", dp::Release::summed, false, false, no_peers, make_allreduce},
     {"gossip", dp::Release::own, true, true, neighbours, make_gossip},
+    {"ad-psgd", dp::Release::own, true, true, neighbours, make_ad_psgd},
 };
 
 }  // namespace
