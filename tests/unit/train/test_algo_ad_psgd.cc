@@ -234,14 +234,20 @@ TEST_CASE("ad-psgd: a peer that fails mid-run makes the others fail, naming it, 
     CHECK(peers[static_cast<std::size_t>(dead)].error.find("the test stops this peer") !=
           std::string::npos);
     const std::string name = "peer " + std::to_string(dead);
+    int naming = 0;
     for (int r = 0; r < 4; ++r) {
       if (r == dead) continue;
       CAPTURE(r);
       const std::string& e = peers[static_cast<std::size_t>(r)].error;
       CAPTURE(e);
       CHECK(e != "");
-      // Its neighbours (the ring's r +- 1) name it; the peer across fails on one of them.
-      if ((r + 1) % 4 == dead || (dead + 1) % 4 == r) CHECK(e.find(name) != std::string::npos);
+      // Its neighbours (the ring's r +- 1) time out on it first, as a rule; the peer across fails
+      // on one of them. (In-process peers have no liveness to tell a peer blocked in a collective
+      // from a dead one, so on a loaded machine a neighbour may time out on the other first.)
+      if (((r + 1) % 4 == dead || (dead + 1) % 4 == r) && e.find(name) != std::string::npos) {
+        ++naming;
+      }
     }
+    CHECK(naming >= 1);
   }
 }
