@@ -234,8 +234,11 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   }
   if (s.contains("topology") && s["topology"] != c.algo) {
     std::cout << " (graph " << s["topology"].get<std::string>();
-    if (s.contains("rho")) std::cout << ", rho " << s["rho"].get<double>();
-    if (s.contains("pairings")) std::cout << ", " << s["pairings"].get<long long>() << " pairings";
+    if (s.contains("pairings")) {
+      std::cout << ", " << s["pairings"].get<long long>() << " pairings";
+    } else if (s.contains("rho")) {
+      std::cout << ", rho " << s["rho"].get<double>();
+    }
     std::cout << ")";
   }
   std::cout << ", " << summary.peers << " peer" << (summary.peers > 1 ? "s" : "")
