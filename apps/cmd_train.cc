@@ -1,6 +1,7 @@
 // dpgossip train: config from a JSON file, every field overridable by a flag; prepares
-// Fashion-MNIST first when the data folder has no manifest yet. With --algo allreduce or gossip
-// and a hosts file it is one peer of a run over TCP; rank 0 reports and writes the metrics.
+// Fashion-MNIST first when the data folder has no manifest yet. With --algo allreduce, gossip or
+// ad-psgd and a hosts file it is one peer of a run over TCP; rank 0 reports and writes the
+// metrics.
 #include <ctime>
 #include <optional>
 #include <filesystem>
@@ -226,9 +227,14 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
               << " noise; the worst peer's data); epsilon " << summary.message_epsilon
               << " for any one peer's messages";
   }
-  if (s.contains("rho") && s["topology"] != to_string(c.algo)) {
-    std::cout << " (graph " << s["topology"].get<std::string>() << ", rho "
-              << s["rho"].get<double>() << ")";
+  if (s.contains("topology") && s["topology"] != to_string(c.algo)) {
+    std::cout << " (graph " << s["topology"].get<std::string>();
+    if (s.contains("pairings")) {
+      std::cout << ", " << s["pairings"].get<long long>() << " pairings";
+    } else if (s.contains("rho")) {
+      std::cout << ", rho " << s["rho"].get<double>();
+    }
+    std::cout << ")";
   }
   std::cout << ", " << summary.peers << " peer" << (summary.peers > 1 ? "s" : "")
             << ", noise multiplier " << plan.model_sigma << ", " << summary.steps << " steps, "

@@ -42,6 +42,7 @@ inline constexpr std::uint64_t kInit = 2;
 inline constexpr std::uint64_t kSampler = 3;
 inline constexpr std::uint64_t kNoise = 4;
 inline constexpr std::uint64_t kShuffle = 5;
+inline constexpr std::uint64_t kPairing = 6;  // ad-psgd: which neighbour to average with
 }  // namespace stream
 
 // Stream id for a purpose on one rank.

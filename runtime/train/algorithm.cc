@@ -23,6 +23,7 @@ const AlgoInfo kAlgorithms[] = {
     {Algo::single, dp::Release::summed, false, false, no_peers, make_single},
     {Algo::allreduce, dp::Release::summed, false, false, no_peers, make_allreduce},
     {Algo::gossip, dp::Release::own, true, true, neighbours, make_gossip},
+    {Algo::ad_psgd, dp::Release::own, true, true, neighbours, make_ad_psgd},
 };
 
 }  // namespace

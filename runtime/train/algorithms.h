@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "runtime/train/algorithm.h"
 
@@ -10,5 +11,11 @@ namespace dpg::train {
 std::unique_ptr<Algorithm> make_single(const AlgoSetup& setup);     // algo_basic.cc
 std::unique_ptr<Algorithm> make_allreduce(const AlgoSetup& setup);  // algo_basic.cc
 std::unique_ptr<Algorithm> make_gossip(const AlgoSetup& setup);     // algo_gossip.cc
+std::unique_ptr<Algorithm> make_ad_psgd(const AlgoSetup& setup);    // algo_ad_psgd.cc
+
+// ad-psgd's roles on the run's graph: per rank 0 (active: initiates the averagings) or 1
+// (passive: answers them), a 2-colouring by BFS from rank 0, the same on every peer. Throws
+// invalid_argument naming the graph unless there is exactly one phase and its graph is bipartite.
+std::vector<int> ad_psgd_roles(const std::vector<GossipPhase>& phases, int rank);
 
 }  // namespace dpg::train

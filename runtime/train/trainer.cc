@@ -304,6 +304,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     EpochTotals totals;
     for (; t < end; ++t) {
       step(s, t, totals, summary);
+      if (step_hook_) step_hook_(t);
       report_consensus(t + 1);
     }
     if (t == plan_.steps) s.algorithm->finish(s.model.params());

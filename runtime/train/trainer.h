@@ -37,6 +37,10 @@ class Trainer {
   TrainSummary run(const std::function<void(const EpochReport&)>& on_epoch,
                    const std::function<void(const ConsensusReport&)>& on_consensus = {});
 
+  // Called with t after step t's update, before the next step (tests slow one peer down, or make
+  // it fail mid-run, with it). Set before run().
+  void set_step_hook(std::function<void(long long t)> hook) { step_hook_ = std::move(hook); }
+
   const TrainConfig& config() const { return config_; }
   const dp::PrivacyPlan& plan() const { return plan_; }
   double sample_rate() const { return plan_.q; }
@@ -68,6 +72,7 @@ class Trainer {
   double total_rows_ = 0;
   dp::PrivacyPlan plan_;
   std::unique_ptr<RunState> state_;  // kept after run() for params()
+  std::function<void(long long t)> step_hook_;
 };
 
 }  // namespace dpg::train

@@ -68,6 +68,10 @@ void InprocFabric::match(int src, int dst) {
     while (it != recvs.end() && !(it->owner->ops().slot(it->slot).tag == s.tag)) ++it;
     if (it == recvs.end()) return;  // the head waits for its receive, as on a TCP stream
     OpTable& rops = it->owner->ops();
+    // A poisoned peer's waits all throw, and whoever posted these operations may have freed their
+    // buffers since (a thread that gave up on its wait): move no bytes from or into them. The
+    // other side then times out on the failed peer, as it would over TCP.
+    if (rops.poisoned() || sends.front().owner->ops().poisoned()) return;
     OpSlot& r = rops.slot(it->slot);
     if (r.size != s.size) {
       rops.poison(Code::data_loss, "rank " + std::to_string(dst) + ": peer " +

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# AD-PSGD with 4 peer processes on a ring on 127.0.0.1: the run trains, every averaging is counted,
+# the K-step consensus reports and the evaluations (collectives among the asynchronous pairings)
+# all happen; a graph that is not bipartite is refused naming it; a peer that hangs makes the
+# others fail, naming it, within the timeout.
+set -euo pipefail
+bin=$1
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fmnist_work "$bin"
+common=(--data "$work/data" --threads 1 --json)
+
+"$bin" launch --peers 4 -- train --algo ad-psgd --topology ring --epochs 2 "${common[@]}" \
+  --timeout-s 60 --metrics "$work/ring.jsonl" --run-name ad4 >"$work/ring.json" 2>"$work/ring.log"
+py '
+import json, sys
+lines = [l.split("] ", 1)[-1] for l in open(sys.argv[1]) if "{" in l]
+s = json.loads(lines[-1])
+print("ad-psgd, ring of 4: test accuracy %.4f, worst epsilon %.3f, %d pairings of rank 0" %
+      (s["test_accuracy"], s["epsilon"], s["pairings"]))
+assert s["algo"] == "ad-psgd" and s["topology"] == "ring" and s["peers"] == 4, s
+assert s["role"] == "active" and s["pairings"] == s["steps"], s
+assert s["test_accuracy"] > 0.6, s["test_accuracy"]
+assert len(s["peer_epsilons"]) == 4 and s["epsilon"] == max(s["peer_epsilons"])
+lines = [json.loads(l) for l in open(sys.argv[2])]
+cons = [l for l in lines if l["kind"] == "consensus"]
+assert [c["round"] for c in cons] == list(range(0, s["steps"] + 1, 5)), [c["round"] for c in cons]
+assert all(c["consensus_distance"] > 0 for c in cons[1:])
+assert [l["kind"] for l in lines].count("epoch") == 2
+' "$work/ring.json" "$work/ring.jsonl"
+
+# An odd ring is refused on every peer, naming the graph.
+expect_error 'the graph "ring" of 3 peers is not bipartite' \
+  "$bin" launch --peers 3 -- train --algo ad-psgd --topology ring --epochs 1 "${common[@]}" \
+  --metrics ""
+
+# Rank 2 hangs (SIGSTOP) after the first epoch: the others fail within the timeout, naming it.
+"$bin" launch --peers 4 -- train --algo ad-psgd --topology ring --epochs 30 "${common[@]}" \
+  --timeout-s 5 --metrics "" >/dev/null 2>"$work/hang.log" &
+launcher=$!
+for _ in $(seq 120); do
+  grep -q "epoch   1" "$work/hang.log" 2>/dev/null && break
+  sleep 0.5
+done
+victim=$(pgrep -P "$launcher" -f -- "--rank 2$" | head -1 || true)  # this run's rank 2 only
+if [[ -z $victim ]]; then
+  fail "rank 2 not found"
+else
+  kill -STOP "$victim"
+  start=$(date +%s)
+  rc=0
+  wait "$launcher" || rc=$?
+  took=$(($(date +%s) - start))
+  kill -KILL "$victim" 2>/dev/null || true
+  [[ $rc != 0 ]] || fail "the run succeeded with a hung peer"
+  ((took < 30)) || fail "the others took ${took} s to give up on the hung peer"
+  grep -q "error (deadline_exceeded): rank [013]: .*peer 2 is silent" "$work/hang.log" ||
+    fail "no peer named the hung peer 2: $(grep error "$work/hang.log" | head -3)"
+fi
+finish ad-psgd
