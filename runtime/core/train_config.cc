@@ -128,8 +128,13 @@ void validate(const TrainConfig& c) {
           "must be positive when noise_multiplier is not given");
   require(c.delta > 0 && c.delta < 1, "delta", "must be in (0, 1)");
   require(c.threads >= 1 && c.threads <= 256, "threads", "must be in [1, 256]");
-  require(c.algo == "single" || c.algo == "allreduce" || c.algo == "gossip", "algo",
-          "expected single, allreduce or gossip, got \"" + c.algo + "\"");
+  require(c.algo == "single" || c.algo == "allreduce" || c.algo == "gossip" ||
+              c.algo == "ps-sync" || c.algo == "ps-async",
+          "algo",
+          "expected single, allreduce, gossip, ps-sync or ps-async, got \"" + c.algo + "\"");
+  // At most the world: checked by the algorithm, which knows it.
+  require(c.servers >= 1, "servers", "must be at least 1");
+  require(c.max_staleness >= 0, "max_staleness", "must be non-negative");
   require(!c.topology.empty(), "topology", "must name a kind or a .json graph file");
   require(c.topology_weights == "metropolis" || c.topology_weights == "uniform" ||
               c.topology_weights == "lazy",

@@ -35,11 +35,14 @@ struct TrainConfig {
   int threads = 2;                           // BLAS threads
   // single: one process. allreduce: synchronous data-parallel DP-SGD over a ring all-reduce of
   // every peer in the hosts file. gossip: D-PSGD, each peer mixing its model with its neighbours'
-  // in `topology` (docs/GOSSIP.md).
+  // in `topology` (docs/GOSSIP.md). ps-sync / ps-async: a parameter server sharded over the first
+  // `servers` ranks, synchronous (minibatch SGD) or asynchronous with bounded staleness.
   std::string algo = "single";
   // allreduce only. distributed: each of N peers adds N(0, sigma^2 C^2 / N), so the sum carries
   // the central noise. local: each peer adds N(0, sigma^2 C^2), so every message is itself DP.
   std::string noise_mode = "distributed";
+  int servers = 1;        // ps-sync, ps-async: ranks 0..servers-1 hold the parameter shards
+  int max_staleness = 4;  // ps-async: how many steps a worker may run ahead of the slowest
   // gossip only. A kind (ring, torus, hypercube, exponential, symmetric-exponential,
   // one-peer-exponential, complete, star, random-regular) or a JSON graph file (a name ending in
   // .json), with the weight rule, degree and seed of the generators (docs/TOPOLOGY.md).

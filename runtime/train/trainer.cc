@@ -156,6 +156,7 @@ void Trainer::log_start(const RunState& s) const {
 
 void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& summary) const {
   const TrainConfig& c = config_;
+  if (step_hook_) step_hook_(t);
   s.algorithm->before_gradient(t, s.model.params());
   // Sample this peer's batch into the workspace.
   const std::size_t cols = data_.train.cols;
@@ -172,9 +173,7 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
   const dp::PrivateGradient mine =
       private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats);
   // Exchange and update.
-  s.lr = c.lr_schedule == "cosine"
-             ? c.lr * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(t) / plan_.steps))
-             : c.lr;
+  s.lr = scheduled_lr(c, t, plan_.steps);
   s.sgd.set_lr(s.lr);
   s.algorithm->apply(t, mine, s.model.params(), s.sgd);
   if (s.ema) s.ema->update(s.model.params());

@@ -44,6 +44,8 @@ class Trainer {
   int world() const { return comm_ ? comm_->world() : 1; }
   // This peer's model (its last iterate) once run() has returned; empty before.
   std::span<const float> params() const;
+  // Called at the start of every step with its index (tests: a slow or failing peer; profiling).
+  void on_step(std::function<void(long long t)> hook) { step_hook_ = std::move(hook); }
 
  private:
   struct EpochTotals {
@@ -62,6 +64,7 @@ class Trainer {
   data::Prepared data_;
   collective::Communicator* comm_;
   std::vector<GossipPhase> phases_;
+  std::function<void(long long)> step_hook_;
   double total_rows_ = 0;
   dp::PrivacyPlan plan_;
   std::unique_ptr<RunState> state_;  // kept after run() for params()

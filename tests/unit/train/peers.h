@@ -44,11 +44,13 @@ struct PeerResult {
 };
 
 // Every peer gets `rows_per_peer` rows of its own (seeded by rank) and the same test split.
-// `phases` are the graphs for graph-based algorithms. `timeout` bounds every wait.
+// `phases` are the graphs for graph-based algorithms. `timeout` bounds every wait. `on_step`, when
+// set, runs on each peer at the start of every step (a slow peer, a peer that fails).
+using StepHook = std::function<void(int rank, long long t)>;
 inline std::vector<PeerResult> run_peers(
     int world, const TrainConfig& c, std::size_t rows_per_peer,
     const std::vector<train::GossipPhase>& phases = {},
-    std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    std::chrono::milliseconds timeout = std::chrono::seconds(20), StepHook on_step = {}) {
   net::InprocFabric fabric(world, timeout);
   std::vector<PeerResult> out(static_cast<std::size_t>(world));
   const data::Dataset test = blobs(300, 999);
@@ -60,6 +62,7 @@ inline std::vector<PeerResult> run_peers(
         collective::Communicator comm(fabric.peer(r));
         data::Prepared d{blobs(rows_per_peer, 100 + static_cast<std::uint64_t>(r)), test, {}};
         train::Trainer t(c, std::move(d), &comm, phases);
+        if (on_step) t.on_step([&on_step, r](long long step) { on_step(r, step); });
         res.summary = t.run([&](const train::EpochReport& e) { res.epochs.push_back(e); });
         res.params.assign(t.params().begin(), t.params().end());
       } catch (const std::exception& e) {
