@@ -65,8 +65,8 @@ struct PushHeader {
 struct ReplyHeader {
   std::uint64_t step;
   std::uint64_t version;    // the shard's version (slowest clock) the floats are at
-  std::uint64_t staleness;  // of the gradient this replies to
-  std::uint64_t pad;
+  std::uint64_t staleness;  // of the gradient this replies to (stalled: the slowest's step)
+  std::uint64_t stalled;    // 0, or 1 + the slowest worker when the server gave up holding
 };
 static_assert(sizeof(PushHeader) == 32 && sizeof(ReplyHeader) == 32);
 constexpr std::uint64_t kGradient = 0, kDone = 1;
@@ -174,7 +174,21 @@ class PsAsync final : public Algorithm {
       const auto& in = reply_[static_cast<std::size_t>(k)];
       ReplyHeader h;
       std::memcpy(&h, in.data(), sizeof h);
-      if (h.step != round || h.staleness > static_cast<std::uint64_t>(steps_)) {
+      if (h.stalled != 0 && h.stalled <= static_cast<std::uint64_t>(world_) && h.step == round) {
+        const int who = static_cast<int>(h.stalled - 1);
+        if (who == k) {
+          fail(Code::aborted, "rank " + std::to_string(rank_) + ": server (peer) " +
+                                  std::to_string(k) + " failed while holding step " +
+                                  std::to_string(t) + "'s reply");
+        }
+        fail(Code::deadline_exceeded,
+             "rank " + std::to_string(rank_) + ": server " + std::to_string(k) + " held step " +
+                 std::to_string(t) + " past half the timeout waiting for peer " +
+                 std::to_string(who) + " (at step " + std::to_string(h.staleness) +
+                 ") to come within max_staleness " + std::to_string(config_.max_staleness) +
+                 ": peer " + std::to_string(who) + " stopped, hung or is too slow");
+      }
+      if (h.step != round || h.stalled != 0 || h.staleness > static_cast<std::uint64_t>(steps_)) {
         fail(Code::data_loss, "rank " + std::to_string(rank_) + ": ps-async reply from server " +
                                   std::to_string(k) + " for step " + std::to_string(t) +
                                   " is malformed (step " + std::to_string(h.step) + ")");
@@ -241,6 +255,8 @@ class PsAsync final : public Algorithm {
  private:
   struct Served {
     std::uint64_t version, staleness;
+    std::uint64_t stalled;  // 1 + the slowest worker when the hold timed out
+    std::string why;
   };
 
   bool is_server() const { return rank_ < servers_; }
@@ -269,30 +285,42 @@ class PsAsync final : public Algorithm {
     ++updates_;
     clock_[wi] = t + 1;
     cv_.notify_all();
-    const auto deadline = Clock::now() + transport_.timeout();
+    // Half the timeout, so that the held worker's wait for the reply has not expired yet.
+    const auto hold = transport_.timeout() / 2;
+    const auto deadline = Clock::now() + hold;
     int who = 0;
     while (t + 1 - slowest(&who) > config_.max_staleness) {
-      if (stopping_ || failed_) {
-        fail(Code::aborted, "rank " + std::to_string(rank_) + ": ps-async server stopped while "
-                                "holding worker " + std::to_string(w) + "'s step " +
-                                std::to_string(t));
+      // Given up on (past the hold, or this rank is stopping): the culprit is the slowest
+      // worker, not this server, so say so to the held worker in the reply before its own wait
+      // on us expires; fail here naming it too.
+      const bool give_up = stopping_ || failed_ ||
+                           (cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+                            t + 1 - slowest(&who) > config_.max_staleness);
+      if (!give_up) continue;
+      // This peer is going down: the culprit is whom its own worker gave up on, else itself.
+      if (stopping_) who = blame_ >= 0 ? blame_ : rank_;
+      const std::string why = who == rank_
+          ? "rank " + std::to_string(rank_) + ": ps-async server stopped (peer " +
+                std::to_string(rank_) + " failed) while holding worker " + std::to_string(w) +
+                "'s step " + std::to_string(t)
+          :
+          "rank " + std::to_string(rank_) + ": ps-async server held worker " + std::to_string(w) +
+          "'s step " + std::to_string(t) + " waiting for peer " + std::to_string(who) +
+          " (at step " + std::to_string(clock_[static_cast<std::size_t>(who)]) +
+          ") to come within max_staleness " + std::to_string(config_.max_staleness) + ": peer " +
+          std::to_string(who) + " stopped, hung or is slower than the timeout allows";
+      if (w == rank_) {
+        blame_ = who;
+        fail(Code::deadline_exceeded, why);
       }
-      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
-          t + 1 - slowest(&who) > config_.max_staleness) {
-        fail(Code::deadline_exceeded,
-             "rank " + std::to_string(rank_) + ": ps-async server held worker " +
-                 std::to_string(w) + "'s step " + std::to_string(t) + " for " +
-                 std::to_string(transport_.timeout().count()) + " ms waiting for peer " +
-                 std::to_string(who) + " (at step " + std::to_string(clock_[static_cast<std::size_t>(who)]) +
-                 ") to come within max_staleness " + std::to_string(config_.max_staleness));
-      }
+      std::copy(shard_.begin(), shard_.end(), out.begin());
+      return {0, static_cast<std::uint64_t>(clock_[static_cast<std::size_t>(who)]),
+              static_cast<std::uint64_t>(who) + 1, why};
     }
     const long long now = slowest(nullptr);
     last_version_[wi] = now;
     std::copy(shard_.begin(), shard_.end(), out.begin());
-    replied_[wi] = t + 1;
-    cv_.notify_all();
-    return {static_cast<std::uint64_t>(now), staleness};
+    return {static_cast<std::uint64_t>(now), staleness, 0, {}};
   }
 
   // A server thread: worker w's pushes, one step at a time, until its done.
@@ -320,10 +348,18 @@ class PsAsync final : public Algorithm {
         const auto g = dp::PrivateGradient::from_peer(
             std::span<const float>(in).subspan(kHeaderFloats), peer_sigma_);
         const Served r = serve(w, t, g, std::span(out).subspan(kHeaderFloats));
-        const ReplyHeader rh{round, r.version, r.staleness, 0};
+        const ReplyHeader rh{round, r.version, r.staleness, r.stalled};
         std::memcpy(out.data(), &rh, sizeof rh);
         transport_.wait(
             transport_.send(w, {kOpPsPull, round, 0}, std::as_bytes(std::span(out))));
+        if (r.stalled != 0) fail(Code::deadline_exceeded, r.why);
+        {
+          // Counted once sent, not once posted: release() relies on every reply being on its
+          // way before this rank's collectives, which share the stream to the worker.
+          std::lock_guard lock(mu_);
+          replied_[static_cast<std::size_t>(w)] = t + 1;
+        }
+        cv_.notify_all();
       }
     } catch (const std::exception& ex) {
       std::lock_guard lock(mu_);
@@ -331,8 +367,11 @@ class PsAsync final : public Algorithm {
         failed_ = true;
         const auto* err = dynamic_cast<const Error*>(&ex);
         failure_code_ = err ? err->code() : Code::internal;
-        failure_ = "rank " + std::to_string(rank_) + ": ps-async server thread for worker (peer) " +
-                   std::to_string(w) + " failed: " + ex.what();
+        const std::string prefix = "rank " + std::to_string(rank_) + ": ";
+        std::string what = ex.what();
+        if (what.rfind(prefix, 0) == 0) what.erase(0, prefix.size());  // say "rank R:" once
+        failure_ = prefix + "ps-async server thread for worker (peer) " + std::to_string(w) +
+                   " failed: " + what;
       }
       cv_.notify_all();
     }
@@ -391,6 +430,7 @@ class PsAsync final : public Algorithm {
   std::vector<long long> replied_;       // per worker: replies sent
   std::vector<long long> last_version_;  // per worker: the version of its last reply
   long long updates_ = 0;
+  int blame_ = -1;  // the peer this rank's own worker gave up waiting for
   bool started_ = false, stopping_ = false, failed_ = false;
   Code failure_code_ = Code::internal;
   std::string failure_;
