@@ -176,9 +176,14 @@ class PsAsync final : public Algorithm {
       std::memcpy(&h, in.data(), sizeof h);
       if (h.stalled != 0 && h.stalled <= static_cast<std::uint64_t>(world_) && h.step == round) {
         const int who = static_cast<int>(h.stalled - 1);
+        {
+          // Should this rank's server hold replies when it goes down, it names the same peer.
+          std::lock_guard lock(mu_);
+          blame_ = who;
+        }
         if (who == k) {
-          fail(Code::aborted, "rank " + std::to_string(rank_) + ": server (peer) " +
-                                  std::to_string(k) + " failed while holding step " +
+          fail(Code::aborted, "rank " + std::to_string(rank_) + ": server " + std::to_string(k) +
+                                  " (peer " + std::to_string(k) + ") failed while holding step " +
                                   std::to_string(t) + "'s reply");
         }
         fail(Code::deadline_exceeded,
