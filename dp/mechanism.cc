@@ -7,6 +7,15 @@
 
 namespace dpg::dp {
 
+PrivateGradient PrivateGradient::slice(std::size_t offset, std::size_t count) const {
+  if (offset > values_.size() || count > values_.size() - offset) {
+    fail(Code::internal, "PrivateGradient::slice: [" + std::to_string(offset) + ", +" +
+                             std::to_string(count) + ") is outside " +
+                             std::to_string(values_.size()) + " values");
+  }
+  return PrivateGradient(values_.subspan(offset, count), sigma_);
+}
+
 GaussianMechanism::GaussianMechanism(std::size_t num_params, MechanismOptions options,
                                      std::uint64_t seed, std::uint64_t rank)
     : options_(options), buffer_(num_params), rng_(seed, stream_for(stream::kNoise, rank)) {

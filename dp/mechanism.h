@@ -23,6 +23,14 @@ class PrivateGradient {
   std::span<const float> values() const { return values_; }
   // Noise multiplier this gradient carries (0 when DP is off: then it is not private).
   double noise_multiplier() const { return sigma_; }
+  // Values [offset, offset + count): a part of a released gradient is released too.
+  PrivateGradient slice(std::size_t offset, std::size_t count) const;
+  // What another peer released through its own mechanism and sent here (a parameter server
+  // receiving a worker's gradient): its noise is already in it. Only for bytes that arrived
+  // from a peer, never for anything computed in this process.
+  static PrivateGradient from_peer(std::span<const float> received, double sigma) {
+    return PrivateGradient(received, sigma);
+  }
 
  private:
   friend class GaussianMechanism;

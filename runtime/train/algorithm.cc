@@ -4,6 +4,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/train/algorithms.h"
+#include "runtime/train/ps.h"
 #include "topology/schedule.h"
 
 namespace dpg::train {
@@ -18,11 +19,26 @@ std::vector<int> neighbours(const TrainConfig&, int rank, int,
   return graph_neighbours(phases, rank);
 }
 
+// Parameter servers: a server (rank below `servers`) talks to every worker, a worker to every
+// server (every rank is a worker).
+std::vector<int> ps_peers(const TrainConfig& c, int rank, int world,
+                          const std::vector<GossipPhase>&) {
+  const int servers = ps_servers(c.servers, world);
+  std::vector<int> out;
+  for (int p = 0; p < (rank < servers ? world : servers); ++p) {
+    if (p != rank) out.push_back(p);
+  }
+  return out;
+}
+
 // One line per algorithm: algo, release, overlaps, uses_graph, peers, factory.
 const AlgoInfo kAlgorithms[] = {
     {Algo::single, dp::Release::summed, false, false, no_peers, make_single},
     {Algo::allreduce, dp::Release::summed, false, false, no_peers, make_allreduce},
     {Algo::gossip, dp::Release::own, true, true, neighbours, make_gossip},
+    {Algo::ps_sync, dp::Release::summed, false, false, ps_peers, make_ps_sync},
+    // Server threads answer while the workers compute.
+    {Algo::ps_async, dp::Release::own, true, false, ps_peers, make_ps_async},
     {Algo::ad_psgd, dp::Release::own, true, true, neighbours, make_ad_psgd},
 };
 

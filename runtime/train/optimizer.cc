@@ -1,5 +1,7 @@
 #include "runtime/train/optimizer.h"
 
+#include <cmath>
+
 #include "runtime/core/check.h"
 
 namespace dpg::train {
@@ -26,6 +28,11 @@ void Sgd::apply(std::span<float> params, const dp::PrivateGradient& gradient) {
     velocity_[i] = keep * velocity_[i] + d;
     params[i] -= lr * (options_.nesterov ? d + mu * velocity_[i] : velocity_[i]);
   }
+}
+
+double scheduled_lr(const TrainConfig& c, long long t, long long steps) {
+  if (c.lr_schedule != LrSchedule::cosine) return c.lr;
+  return c.lr * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(t) / static_cast<double>(steps)));
 }
 
 ParamAverage::ParamAverage(std::span<const float> params, double decay)

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "dp/mechanism.h"
+#include "runtime/core/train_config.h"
 
 namespace dpg::train {
 
@@ -20,6 +21,7 @@ class Sgd {
  public:
   Sgd(std::size_t num_params, SgdOptions options);
   void set_lr(double lr) { options_.lr = lr; }
+  const SgdOptions& options() const { return options_; }
   // params -= lr * (momentum buffer of g + weight_decay * params)
   void apply(std::span<float> params, const dp::PrivateGradient& gradient);
   std::span<const float> momentum_buffer() const { return velocity_; }
@@ -29,6 +31,9 @@ class Sgd {
   std::vector<float> velocity_;
   bool first_ = true;
 };
+
+// The learning rate of step t of `steps` under config.lr_schedule (constant or cosine).
+double scheduled_lr(const TrainConfig& config, long long t, long long steps);
 
 // ema <- decay * ema + (1 - decay) * params; the averaged model is a post-processing of
 // privatised updates, so evaluating it costs no privacy.

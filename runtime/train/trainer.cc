@@ -176,9 +176,7 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
       private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats, tracer_);
   // Exchange and update.
   trace::Span update(tracer_, "update", "compute");
-  s.lr = c.lr_schedule == LrSchedule::cosine
-             ? c.lr * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(t) / plan_.steps))
-             : c.lr;
+  s.lr = scheduled_lr(c, t, plan_.steps);
   s.sgd.set_lr(s.lr);
   s.algorithm->apply(t, mine, s.model.params(), s.sgd);
   if (s.ema) s.ema->update(s.model.params());
@@ -303,8 +301,8 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     const long long epoch_begin = t;
     EpochTotals totals;
     for (; t < end; ++t) {
-      step(s, t, totals, summary);
       if (step_hook_) step_hook_(t);
+      step(s, t, totals, summary);
       report_consensus(t + 1);
     }
     if (t == plan_.steps) s.algorithm->finish(s.model.params());

@@ -37,8 +37,8 @@ class Trainer {
   TrainSummary run(const std::function<void(const EpochReport&)>& on_epoch,
                    const std::function<void(const ConsensusReport&)>& on_consensus = {});
 
-  // Called with t after step t's update, before the next step (tests slow one peer down, or make
-  // it fail mid-run, with it). Set before run().
+  // Called with t before step t (tests slow one peer down, or make it fail mid-run, with it).
+  // Set before run().
   void set_step_hook(std::function<void(long long t)> hook) { step_hook_ = std::move(hook); }
 
   const TrainConfig& config() const { return config_; }
@@ -50,7 +50,6 @@ class Trainer {
   int world() const { return comm_ ? comm_->world() : 1; }
   // This peer's model (its last iterate) once run() has returned; empty before.
   std::span<const float> params() const;
-
  private:
   struct EpochTotals {
     double loss_sum = 0;

@@ -45,7 +45,7 @@ struct PeerResult {
 
 // Every peer gets `rows_per_peer` rows of its own (seeded by rank) and the same test split.
 // `phases` are the graphs for graph-based algorithms. `timeout` bounds every wait. `step_hook`,
-// when set, runs on each peer's thread after each of its steps, with its rank and the step (to
+// when set, runs on each peer's thread before each of its steps, with its rank and the step (to
 // slow a peer down, or make it throw mid-run).
 inline std::vector<PeerResult> run_peers(
     int world, const TrainConfig& c, std::size_t rows_per_peer,
