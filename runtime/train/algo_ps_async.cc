@@ -285,7 +285,10 @@ class PsAsync final : public Algorithm {
     }
     const long long version = slowest(nullptr);
     const auto staleness = static_cast<std::uint64_t>(version - last_version_[wi]);
-    sgd_->set_lr(scheduled_lr(config_, t, steps_));
+    // Each push carries one worker's batch, 1/N of what a synchronous step sums, so it moves the
+    // shard 1/N as far: a round of N pushes takes the synchronous step's size, with the same
+    // momentum's steady-state gain lr / (1 - momentum).
+    sgd_->set_lr(scheduled_lr(config_, t, steps_) / static_cast<double>(world_));
     sgd_->apply(shard_, g);
     ++updates_;
     clock_[wi] = t + 1;
