@@ -128,8 +128,11 @@ void validate(const TrainConfig& c) {
           "must be positive when noise_multiplier is not given");
   require(c.delta > 0 && c.delta < 1, "delta", "must be in (0, 1)");
   require(c.threads >= 1 && c.threads <= 256, "threads", "must be in [1, 256]");
-  require(c.algo == "single" || c.algo == "allreduce" || c.algo == "gossip", "algo",
-          "expected single, allreduce or gossip, got \"" + c.algo + "\"");
+  require(c.algo == "single" || c.algo == "allreduce" || c.algo == "gossip" ||
+              c.algo == "local-sgd",
+          "algo", "expected single, allreduce, gossip or local-sgd, got \"" + c.algo + "\"");
+  require(c.local_steps >= 1, "local_steps", "must be at least 1");
+  require(c.bucket_bytes >= 0, "bucket_bytes", "must be non-negative (0: no buckets)");
   require(!c.topology.empty(), "topology", "must name a kind or a .json graph file");
   require(c.topology_weights == "metropolis" || c.topology_weights == "uniform" ||
               c.topology_weights == "lazy",

@@ -36,7 +36,11 @@ struct TrainConfig {
   // single: one process. allreduce: synchronous data-parallel DP-SGD over a ring all-reduce of
   // every peer in the hosts file. gossip: D-PSGD, each peer mixing its model with its neighbours'
   // in `topology` (docs/GOSSIP.md).
+  // local-sgd: each peer takes local_steps DP steps on its own model, then the replicas are
+  // averaged by an all-reduce.
   std::string algo = "single";
+  int local_steps = 4;          // local-sgd: local steps between two averages (H)
+  long long bucket_bytes = 0;   // allreduce: bucket size overlapping the backward pass (0: off)
   // allreduce only. distributed: each of N peers adds N(0, sigma^2 C^2 / N), so the sum carries
   // the central noise. local: each peer adds N(0, sigma^2 C^2), so every message is itself DP.
   std::string noise_mode = "distributed";

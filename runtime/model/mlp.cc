@@ -132,34 +132,38 @@ void Mlp::per_example_sq_norms(Workspace& ws, std::span<float> out) const {
 
 void Mlp::accumulate_gradient(Workspace& ws, std::span<const float> scale,
                               std::span<float> grad_out) const {
+  for (int l = 0; l < num_layers(); ++l) accumulate_layer_gradient(ws, scale, l, grad_out);
+}
+
+void Mlp::accumulate_layer_gradient(Workspace& ws, std::span<const float> scale, int l,
+                                    std::span<float> grad_out) const {
   const std::size_t batch = ws.batch;
   DPG_CHECK_EQ(grad_out.size(), params_.size());
   DPG_CHECK(scale.empty() || scale.size() == batch);
+  DPG_CHECK(l >= 0 && l < num_layers());
   if (batch == 0) return;
-  for (int l = 0; l < num_layers(); ++l) {
-    const int in = widths_[l];
-    const int out = widths_[l + 1];
-    float* g = ws.grad[l].data();
-    float* a = ws.act[l].data();
-    for (std::size_t i = 0; i < batch && !scale.empty(); ++i) {
-      if (scale[i] == 1.0f) continue;
-      if (scale[i] == 0.0f) {
-        // A dropped example (non-finite gradient) must not reach the sum even as 0 * inf.
-        std::fill(g + i * out, g + (i + 1) * out, 0.0f);
-        std::fill(a + i * in, a + (i + 1) * in, 0.0f);
-        continue;
-      }
-      for (int c = 0; c < out; ++c) g[i * out + c] *= scale[i];
+  const int in = widths_[l];
+  const int out = widths_[l + 1];
+  float* g = ws.grad[l].data();
+  float* a = ws.act[l].data();
+  for (std::size_t i = 0; i < batch && !scale.empty(); ++i) {
+    if (scale[i] == 1.0f) continue;
+    if (scale[i] == 0.0f) {
+      // A dropped example (non-finite gradient) must not reach the sum even as 0 * inf.
+      std::fill(g + i * out, g + (i + 1) * out, 0.0f);
+      std::fill(a + i * in, a + (i + 1) * in, 0.0f);
+      continue;
     }
-    // dW (out, in) += grad^T (out, batch) * act (batch, in)
-    sgemm(true, false, out, in, static_cast<int>(batch), 1.0f, g, out, a, in, 1.0f,
-          grad_out.data() + weight_offset(l), in);
-    float* db = grad_out.data() + bias_offset(l);
-    for (std::size_t i = 0; i < batch; ++i) {
-      const float* row = g + i * out;
+    for (int c = 0; c < out; ++c) g[i * out + c] *= scale[i];
+  }
+  // dW (out, in) += grad^T (out, batch) * act (batch, in)
+  sgemm(true, false, out, in, static_cast<int>(batch), 1.0f, g, out, a, in, 1.0f,
+        grad_out.data() + weight_offset(l), in);
+  float* db = grad_out.data() + bias_offset(l);
+  for (std::size_t i = 0; i < batch; ++i) {
+    const float* row = g + i * out;
 #pragma omp simd
-      for (int c = 0; c < out; ++c) db[c] += row[c];
-    }
+    for (int c = 0; c < out; ++c) db[c] += row[c];
   }
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dpg::model {
@@ -70,6 +71,14 @@ class Mlp {
   // Scales ws.grad rows in place.
   void accumulate_gradient(Workspace& ws, std::span<const float> scale,
                            std::span<float> grad_out) const;
+  // The same for one layer's values (its layer_range() of grad_out) alone; the layers are
+  // independent, so summing them one by one in any order gives accumulate_gradient's values.
+  void accumulate_layer_gradient(Workspace& ws, std::span<const float> scale, int layer,
+                                 std::span<float> grad_out) const;
+  // Where layer l's parameters (W_l, then b_l) sit in the flat vector: [first, second).
+  std::pair<std::size_t, std::size_t> layer_range(int layer) const {
+    return {offsets_[layer], layer + 1 < num_layers() ? offsets_[layer + 1] : params_.size()};
+  }
 
   // Loss sum and correct predictions over a whole split, in chunks, without gradients.
   struct Evaluation {

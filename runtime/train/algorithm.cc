@@ -18,11 +18,17 @@ std::vector<int> neighbours(const TrainConfig&, int rank, int,
   return graph_neighbours(phases, rank);
 }
 
+bool never(const TrainConfig&) { return false; }
+bool always(const TrainConfig&) { return true; }
+// The buckets' all-reduces run on a communication thread while the backward pass goes on.
+bool with_buckets(const TrainConfig& c) { return c.bucket_bytes > 0; }
+
 // One line per algorithm: name, release, overlaps, uses_graph, peers, factory.
 const AlgoInfo kAlgorithms[] = {
-    {"single", dp::Release::summed, false, false, no_peers, make_single},
-    {"allreduce", dp::Release::summed, false, false, no_peers, make_allreduce},
-    {"gossip", dp::Release::own, true, true, neighbours, make_gossip},
+    {"single", dp::Release::summed, never, false, no_peers, make_single},
+    {"allreduce", dp::Release::summed, with_buckets, false, no_peers, make_allreduce},
+    {"gossip", dp::Release::own, always, true, neighbours, make_gossip},
+    {"local-sgd", dp::Release::own, never, false, no_peers, make_local_sgd},
 };
 
 }  // namespace

@@ -88,9 +88,11 @@ class Algorithm {
 struct AlgoInfo {
   const char* name;                 // the value of `algo`
   dp::Release release;              // how a peer's noise reaches the model (the privacy plan)
-  // The transport must move messages while the peer computes (an I/O thread): the algorithm
-  // overlaps communication with computation, or answers other peers asynchronously.
-  bool overlaps;
+  // Whether, under config c, the transport must move messages while the peer computes (an I/O
+  // thread) and take posts and waits from two threads at once: the algorithm overlaps
+  // communication with computation (allreduce with bucket_bytes > 0), or answers other peers
+  // asynchronously (gossip).
+  bool (*overlaps)(const TrainConfig& c);
   // It runs on the graphs of `topology` and `topology_schedule` (AlgoSetup::phases).
   bool uses_graph;
   // The peers this rank exchanges messages with, beyond the collectives' own.

@@ -10,5 +10,6 @@ namespace dpg::train {
 std::unique_ptr<Algorithm> make_single(const AlgoSetup& setup);     // algo_basic.cc
 std::unique_ptr<Algorithm> make_allreduce(const AlgoSetup& setup);  // algo_basic.cc
 std::unique_ptr<Algorithm> make_gossip(const AlgoSetup& setup);     // algo_gossip.cc
+std::unique_ptr<Algorithm> make_local_sgd(const AlgoSetup& setup);  // algo_local_sgd.cc
 
 }  // namespace dpg::train

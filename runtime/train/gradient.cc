@@ -7,7 +7,7 @@ namespace dpg::train {
 dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
                                      std::span<const std::int32_t> labels,
                                      dp::GaussianMechanism& mechanism, StepBuffers& buffers,
-                                     StepStats& stats) {
+                                     StepStats& stats, const GradientSink& sink) {
   const std::size_t batch = ws.batch;
   stats = StepStats{};
   stats.batch = batch;
@@ -28,10 +28,19 @@ dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& 
         stats.clipped += (scale[i] < 1.0f && scale[i] > 0.0f) ? 1 : 0;
         if (scale[i] != 0.0f) stats.loss_sum += ws.loss[i];
       }
-      model.accumulate_gradient(ws, scale, sum);
-    } else {
-      model.accumulate_gradient(ws, {}, sum);
     }
+  }
+  // The clip factors (none without DP, or for an empty batch, whose sum stays zero).
+  std::span<const float> scale;
+  if (mechanism.options().enabled && batch > 0) scale = buffers.scale;
+  if (sink) {
+    for (int l = model.num_layers() - 1; l >= 0; --l) {
+      model.accumulate_layer_gradient(ws, scale, l, sum);
+      const auto [begin, end] = model.layer_range(l);
+      sink(mechanism.release_range(begin, end), begin);
+    }
+  } else {
+    model.accumulate_gradient(ws, scale, sum);
   }
   return mechanism.release();
 }

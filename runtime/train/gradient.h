@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -26,11 +27,18 @@ struct StepBuffers {
   std::vector<float> scale;     // (batch)
 };
 
+// Takes each layer's released gradient as soon as it is ready: values [offset, offset +
+// part.size()) of the whole, last layer first.
+using GradientSink = std::function<void(const dp::PrivateGradient& part, std::size_t offset)>;
+
 // ws.act[0] holds the batch (ws.batch rows); labels has ws.batch entries. With the mechanism
 // enabled each example's gradient is clipped to C before the sum; the sum is noised once.
+// With a sink, the clipped sum is made layer by layer from the last, and each layer is noised and
+// handed to the sink at once (the per-example norms, which need every layer, come first from the
+// backward pass's per-layer activations and output gradients); the values returned are the same.
 dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
                                      std::span<const std::int32_t> labels,
                                      dp::GaussianMechanism& mechanism, StepBuffers& buffers,
-                                     StepStats& stats);
+                                     StepStats& stats, const GradientSink& sink = {});
 
 }  // namespace dpg::train

@@ -147,7 +147,8 @@ void Trainer::log_start(const RunState& s) const {
                           << " noise; the model's " << plan_.model_sigma << "), clip "
                           << c.clip_norm << ", noise seed "
                           << (c.noise_seed != 0 ? "from the config" : "secret (OS entropy)")
-                          << ", config " << dpg::to_json(c).dump());
+                          << ", local_steps " << c.local_steps << ", bucket_bytes "
+                          << c.bucket_bytes << ", config " << dpg::to_json(c).dump());
   if (c.dp && c.sampling != "poisson") {
     DPG_WARN("train: sampling is 'shuffle'; the reported epsilon assumes Poisson sampling");
   }
@@ -169,8 +170,14 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
   }
   // Forward, backward with per-example norms, clip and noise.
   StepStats stats;
+  GradientSink sink;  // the layers as they are released, to an algorithm that streams them
+  if (s.algorithm->streams_gradient()) {
+    sink = [&](const dp::PrivateGradient& part, std::size_t offset) {
+      s.algorithm->on_gradient_part(t, part, offset);
+    };
+  }
   const dp::PrivateGradient mine =
-      private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats);
+      private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats, sink);
   // Exchange and update.
   s.lr = c.lr_schedule == "cosine"
              ? c.lr * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(t) / plan_.steps))
