@@ -27,6 +27,7 @@ class AllReduce final : public Algorithm {
   }
 
   bool streams_gradient() const override { return buckets_.has_value(); }
+  std::size_t gradient_part_values() const override { return buckets_ ? buckets_->values() : 0; }
   void on_gradient_part(long long t, const dp::PrivateGradient& part,
                         std::size_t offset) override {
     buckets_->add(t, part, offset);

@@ -1,5 +1,6 @@
-// Gradient bucketing for the all-reduce: the released layers of a step's gradient (last layer
-// first, as private_gradient hands them out) are gathered into buckets of about bucket_bytes, and
+// Gradient bucketing for the all-reduce: the released pieces of a step's gradient (from the end of
+// the vector down, as private_gradient hands them out) are gathered into buckets of about
+// bucket_bytes, and
 // each bucket's all-reduce runs on a communication thread while the compute thread sums and
 // noises the next layers. wait() returns when every bucket of the step is summed over the peers:
 // the mechanism's buffer then holds what one all-reduce of the whole gradient would give, up to
@@ -42,12 +43,13 @@ class BucketReducer {
   BucketReducer& operator=(const BucketReducer&) = delete;
 
   // A released part of step t's gradient; starts the all-reduce of every bucket it completes.
-  // The part at offset 0 (the first layer, handed out last) closes the step's last bucket.
+  // The part at offset 0 (handed out last) closes the step's last bucket.
   void add(long long t, const dp::PrivateGradient& part, std::size_t offset);
   // Starts what is gathered, then blocks until every bucket of the step is reduced; rethrows the
   // communication thread's failure.
   void wait();
 
+  std::size_t values() const { return bucket_values_; }  // a bucket's
   // Buckets reduced so far (for tests and the log).
   long long buckets() const;
 

@@ -177,7 +177,8 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
     };
   }
   const dp::PrivateGradient mine =
-      private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats, sink);
+      private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats, sink,
+                       s.algorithm->gradient_part_values());
   // Exchange and update.
   s.lr = c.lr_schedule == "cosine"
              ? c.lr * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(t) / plan_.steps))

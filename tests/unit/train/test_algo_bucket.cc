@@ -122,8 +122,30 @@ TEST_CASE("private_gradient: layer by layer through a sink equals the one-pass g
         seen += part.values().size();
       });
   CHECK(std::equal(a.values().begin(), a.values().end(), b.values().begin()));
-  CHECK(offsets == std::vector<std::size_t>{416, 144, 0});  // last layer first
+  // From the end down: each layer's bias, then its weights (16 x 16, 16 x 8 and 3 x 16).
+  CHECK(offsets == std::vector<std::size_t>{464, 416, 400, 144, 128, 0});
   CHECK(seen == m.num_params());
+
+  // In blocks of rows of about 40 values: 2 rows of 16 (W_2: 3 rows), 2 rows of 16, 5 rows of 8.
+  dp::GaussianMechanism blocks(m.num_params(), noisy(), 3, 1);
+  offsets.clear();
+  seen = 0;
+  load();
+  const auto c = train::private_gradient(
+      m, ws, labels, blocks, buffers, stats,
+      [&](const dp::PrivateGradient& part, std::size_t offset) {
+        CHECK(offset + part.values().size() == m.num_params() - seen);  // just below the last
+        offsets.push_back(offset);
+        seen += part.values().size();
+      },
+      40);
+  CHECK(seen == m.num_params());
+  CHECK(offsets.size() == 3 + 2 + 8 + 4);  // biases; W_2 in 2 blocks, W_1 in 8, W_0 in 4
+  float diff = 0;
+  for (std::size_t i = 0; i < m.num_params(); ++i) {
+    diff = std::max(diff, std::abs(a.values()[i] - c.values()[i]));
+  }
+  CHECK(diff < 1e-6f);  // a block of rows is its own matrix product: only the float order differs
 }
 
 TEST_CASE("bucket reducer: every value summed over the peers, in ceil(n / bucket) buckets") {
