@@ -62,9 +62,10 @@ class GaussianMechanism {
   // them; the rest of the sum may still be written. Each value is released once per step: a range
   // overlapping one released before throws failed_precondition.
   PrivateGradient release_range(std::size_t begin, std::size_t end);
-  // Hands a released gradient of this mechanism (or a part of one) to `combine`, which may change it in place with
-  // other peers' released gradients (an all-reduce), and returns the result. `combine` sees only
-  // noised values, so what comes back is post-processing and stays a PrivateGradient.
+  // Hands a released gradient of this mechanism (or a part of one) to `combine`, which may
+  // change it in place with other peers' released gradients (an all-reduce), and returns the
+  // result. `combine` sees only noised values, so what comes back is post-processing and stays a
+  // PrivateGradient.
   PrivateGradient exchange(const PrivateGradient& g,
                            const std::function<void(std::span<float>)>& combine);
 
