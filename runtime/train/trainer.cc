@@ -291,12 +291,16 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
   // The consensus distance every metrics_every steps, kept out of the throughput figure.
   auto report_consensus = [&](long long round) {
     if (!differ || c.metrics_every <= 0 || round % c.metrics_every != 0) return;
+    // Waiting here for slower peers is training time (local SGD's peers meet only every H
+    // steps, so their skew is whole steps): only what follows the barrier is metrics.
+    comm_->barrier();
     const auto begin = Clock::now();
     s.last_consensus = consensus(s, round, true);
     if (on_consensus) on_consensus(*s.last_consensus);
     metrics_seconds += seconds_since(begin);
   };
   report_consensus(0);
+  metrics_seconds = 0;  // before the first epoch's clock starts: not to be taken off its time
   for (int epoch = 1; epoch <= epochs; ++epoch) {
     const long long end = std::min<long long>(
         plan_.steps, static_cast<long long>(std::ceil(epoch / plan_.q - 1e-9)));
