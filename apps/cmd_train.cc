@@ -171,7 +171,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
                                                    ? 0
                                                    : fnv1a64(peers.hosts.topology.dump()));
     // An algorithm that overlaps communication with computation needs an I/O thread.
-    t.progress_thread = algo.overlaps;
+    t.progress_thread = algo.overlaps(c);
     const collective::Options copt;
     // The collectives' peers (the initial broadcast, evaluation and metrics), plus the
     // algorithm's own (gossip: the neighbours of every graph of the run).

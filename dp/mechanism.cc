@@ -7,15 +7,6 @@
 
 namespace dpg::dp {
 
-PrivateGradient PrivateGradient::slice(std::size_t offset, std::size_t count) const {
-  if (offset > values_.size() || count > values_.size() - offset) {
-    fail(Code::internal, "PrivateGradient::slice: [" + std::to_string(offset) + ", +" +
-                             std::to_string(count) + ") is outside " +
-                             std::to_string(values_.size()) + " values");
-  }
-  return PrivateGradient(values_.subspan(offset, count), sigma_);
-}
-
 GaussianMechanism::GaussianMechanism(std::size_t num_params, MechanismOptions options,
                                      std::uint64_t seed, std::uint64_t rank)
     : options_(options), buffer_(num_params), rng_(seed, stream_for(stream::kNoise, rank)) {
@@ -30,29 +21,86 @@ GaussianMechanism::GaussianMechanism(std::size_t num_params, MechanismOptions op
   }
 }
 
+PrivateGradient PrivateGradient::part(std::size_t offset, std::size_t count) const {
+  if (offset > values_.size() || count > values_.size() - offset) {
+    fail(Code::internal, "private gradient: part [" + std::to_string(offset) + ", +" +
+                             std::to_string(count) + ") of " + std::to_string(values_.size()));
+  }
+  return PrivateGradient(values_.subspan(offset, count), sigma_);
+}
+
+PrivateGradient PrivateGradient::join(const PrivateGradient& lo, const PrivateGradient& hi) {
+  if (lo.values_.data() + lo.values_.size() != hi.values_.data() || lo.sigma_ != hi.sigma_) {
+    fail(Code::internal, "private gradient: join of parts that are not adjacent");
+  }
+  return PrivateGradient({lo.values_.data(), lo.values_.size() + hi.values_.size()}, lo.sigma_);
+}
+
 std::span<float> GaussianMechanism::begin_step() {
   std::fill(buffer_.begin(), buffer_.end(), 0.0f);
+  keyed_ = false;
+  released_.clear();
   return buffer_;
 }
 
-PrivateGradient GaussianMechanism::release() {
-  const double sigma = options_.enabled ? options_.noise_multiplier : 0.0;
+void GaussianMechanism::noise(std::size_t begin, std::size_t end) {
   const float inv = static_cast<float>(1.0 / options_.expected_batch);
-  if (sigma > 0.0) {
-    add_gaussian(buffer_, sigma * options_.clip_norm, rng_.next(), inv);  // noise, then / batch
+  const std::span<float> range(buffer_.data() + begin, end - begin);
+  if (sigma() > 0.0) {
+    if (!keyed_) {
+      key_ = rng_.next();
+      keyed_ = true;
+    }
+    add_gaussian(range, sigma() * options_.clip_norm, key_, inv, begin);  // noise, then / batch
   } else {
-    for (float& v : buffer_) v *= inv;
+    for (float& v : range) v *= inv;
   }
-  return PrivateGradient(buffer_, sigma);
+}
+
+PrivateGradient GaussianMechanism::release_range(std::size_t begin, std::size_t end) {
+  if (begin > end || end > buffer_.size()) {
+    fail(Code::internal, "release_range: [" + std::to_string(begin) + ", " + std::to_string(end) +
+                             ") is outside the " + std::to_string(buffer_.size()) + " values");
+  }
+  for (const auto& [b, e] : released_) {
+    if (begin < e && b < end) {
+      fail(Code::failed_precondition,
+           "release_range: [" + std::to_string(begin) + ", " + std::to_string(end) +
+               ") overlaps [" + std::to_string(b) + ", " + std::to_string(e) +
+               "), released already this step");
+    }
+  }
+  if (begin < end) {
+    noise(begin, end);
+    released_.emplace_back(begin, end);
+  }
+  return PrivateGradient({buffer_.data() + begin, end - begin}, sigma());
+}
+
+PrivateGradient GaussianMechanism::release() {
+  // The gaps between the ranges released so far, then the whole is released.
+  std::sort(released_.begin(), released_.end());
+  std::size_t at = 0;
+  for (const auto& [b, e] : released_) {
+    if (at < b) noise(at, b);
+    at = std::max(at, e);
+  }
+  if (at < buffer_.size()) noise(at, buffer_.size());
+  released_.assign(1, {0, buffer_.size()});
+  return PrivateGradient(buffer_, sigma());
 }
 
 PrivateGradient GaussianMechanism::exchange(const PrivateGradient& g,
                                             const std::function<void(std::span<float>)>& combine) {
-  if (g.values().data() != buffer_.data() || g.values().size() != buffer_.size()) {
+  // Only pointers are compared (no state of the step): a communication thread may exchange one
+  // released part while the compute thread releases the next.
+  const float* p = g.values().data();
+  if (p < buffer_.data() || p + g.values().size() > buffer_.data() + buffer_.size()) {
     fail(Code::internal, "exchange: the gradient was not released by this mechanism");
   }
-  combine(buffer_);
-  return PrivateGradient(buffer_, g.noise_multiplier());
+  const std::span<float> mine(buffer_.data() + (p - buffer_.data()), g.values().size());
+  combine(mine);
+  return PrivateGradient(mine, g.noise_multiplier());
 }
 
 }  // namespace dpg::dp

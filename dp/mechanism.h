@@ -4,12 +4,17 @@
 // N(0, (sigma C)^2) to every coordinate once, divides by the public expected batch size, and hands
 // back a PrivateGradient. Exchanges and optimisers take PrivateGradient, which only release() can
 // make, so "nothing derived from an un-noised gradient leaves the process" holds by construction.
+//
+// release_range() noises one range of the step's sum (a layer, as soon as its clipped sum is done)
+// and hands it out while the rest is still being summed; the noise is indexed by position, so a
+// gradient released range by range carries exactly the values of one released whole.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/rng.h"
@@ -23,8 +28,10 @@ class PrivateGradient {
   std::span<const float> values() const { return values_; }
   // Noise multiplier this gradient carries (0 when DP is off: then it is not private).
   double noise_multiplier() const { return sigma_; }
-  // Values [offset, offset + count): a part of a released gradient is released too.
-  PrivateGradient slice(std::size_t offset, std::size_t count) const;
+  // Values [offset, offset + count) of this gradient: a view of released values is still released.
+  PrivateGradient part(std::size_t offset, std::size_t count) const;
+  // lo followed by hi, adjacent in memory (two parts of one released gradient); throws otherwise.
+  static PrivateGradient join(const PrivateGradient& lo, const PrivateGradient& hi);
   // What another peer released through its own mechanism and sent here (a parameter server
   // receiving a worker's gradient): its noise is already in it. Only for bytes that arrived
   // from a peer, never for anything computed in this process.
@@ -54,18 +61,32 @@ class GaussianMechanism {
   const MechanismOptions& options() const { return options_; }
   // Zeroes the accumulator and returns it for the step's clipped sum.
   std::span<float> begin_step();
-  // Adds the noise (also to an empty batch's zero sum) and divides by the expected batch size.
+  // Adds the noise (also to an empty batch's zero sum) and divides by the expected batch size:
+  // to every value not yet released this step by release_range(); returns the whole gradient.
   PrivateGradient release();
-  // Hands a released gradient of this mechanism to `combine`, which may change it in place with
-  // other peers' released gradients (an all-reduce), and returns the result. `combine` sees only
-  // noised values, so what comes back is post-processing and stays a PrivateGradient.
+  // Noises and scales values [begin, end) of the step's sum alone, as release() would, and returns
+  // them; the rest of the sum may still be written. Each value is released once per step: a range
+  // overlapping one released before throws failed_precondition.
+  PrivateGradient release_range(std::size_t begin, std::size_t end);
+  // Hands a released gradient of this mechanism (or a part of one) to `combine`, which may
+  // change it in place with other peers' released gradients (an all-reduce), and returns the
+  // result. `combine` sees only noised values, so what comes back is post-processing and stays a
+  // PrivateGradient.
   PrivateGradient exchange(const PrivateGradient& g,
                            const std::function<void(std::span<float>)>& combine);
 
  private:
+  double sigma() const { return options_.enabled ? options_.noise_multiplier : 0.0; }
+  // Noises and scales [begin, end) (nothing checked).
+  void noise(std::size_t begin, std::size_t end);
+
   MechanismOptions options_;
   std::vector<float> buffer_;
   Rng rng_;
+  // The step's noise key, drawn at its first release (one draw per step, as a whole release).
+  std::uint64_t key_ = 0;
+  bool keyed_ = false;
+  std::vector<std::pair<std::size_t, std::size_t>> released_;  // this step's released ranges
 };
 
 }  // namespace dpg::dp

@@ -2,6 +2,7 @@
 
 #include <math.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 
@@ -20,13 +21,16 @@ constexpr std::size_t kBlock = 256;
 
 }  // namespace
 
-void add_gaussian(std::span<float> out, double stddev, std::uint64_t key, float scale) {
+void add_gaussian(std::span<float> out, double stddev, std::uint64_t key, float scale,
+                  std::size_t first) {
   const std::size_t n = out.size();
+  if (n == 0) return;
   const std::uint64_t base = mix(key);
   constexpr std::size_t kHalf = kBlock / 2;
   alignas(64) double u1[kHalf], r[kHalf];
   alignas(64) float angle[kHalf], c[kHalf], s[kHalf];
-  for (std::size_t start = 0; start < n; start += kBlock) {
+  const std::size_t end = first + n;  // [first, end): the indices of out in the whole buffer
+  for (std::size_t start = first - first % kBlock; start < end; start += kBlock) {
     // Pair j of a block draws counters start + 2j + {1, 2}; its cosine half goes to position j
     // and its sine half to position kHalf + j. Integer hashing and each transcendental function
     // sit in loops of their own so every loop vectorises (GCC cannot vectorise a fused sincos).
@@ -46,20 +50,24 @@ void add_gaussian(std::span<float> out, double stddev, std::uint64_t key, float 
     for (std::size_t j = 0; j < kHalf; ++j) c[j] = cosf(angle[j]);
 #pragma omp simd
     for (std::size_t j = 0; j < kHalf; ++j) s[j] = sinf(angle[j]);
-    float* o = out.data() + start;
-    if (n - start >= kBlock) {
+    if (start >= first && end - start >= kBlock) {
+      float* o = out.data() + (start - first);
 #pragma omp simd
       for (std::size_t j = 0; j < kHalf; ++j) {
         o[j] = (o[j] + static_cast<float>(r[j]) * c[j]) * scale;
         o[kHalf + j] = (o[kHalf + j] + static_cast<float>(r[j]) * s[j]) * scale;
       }
     } else {
-      const std::size_t m = n - start;
-      for (std::size_t j = 0; j < kHalf && j < m; ++j) {
-        o[j] = (o[j] + static_cast<float>(r[j]) * c[j]) * scale;
+      // A block cut by either end of the range: only its positions in [first, end).
+      const std::size_t lo = std::max(start, first) - start;
+      const std::size_t hi = std::min(start + kBlock, end) - start;
+      for (std::size_t k = lo; k < hi && k < kHalf; ++k) {
+        float& o = out[start + k - first];
+        o = (o + static_cast<float>(r[k]) * c[k]) * scale;
       }
-      for (std::size_t j = 0; kHalf + j < m; ++j) {
-        o[kHalf + j] = (o[kHalf + j] + static_cast<float>(r[j]) * s[j]) * scale;
+      for (std::size_t k = std::max(lo, kHalf); k < hi; ++k) {
+        float& o = out[start + k - first];
+        o = (o + static_cast<float>(r[k - kHalf]) * s[k - kHalf]) * scale;
       }
     }
   }

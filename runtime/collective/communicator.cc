@@ -70,7 +70,7 @@ void Communicator::doubling_allreduce(std::span<T> data, Reduce op) {
   uint32_t step = 0;
   for (int k = 1; k < n; k <<= 1, ++step) {
     const int partner = r ^ k;
-    const net::Tag tag{kOpAllreduce, round, step};
+    const net::Tag tag{op_id(kOpAllreduce), round, step};
     net::Handle in = transport_.recv(partner, tag, theirs);
     net::Handle out = transport_.send(partner, tag, std::as_bytes(data));
     transport_.wait(in);
@@ -112,7 +112,7 @@ void Communicator::halving_doubling_allreduce(std::span<T> data, Reduce op) {
     const int partner = r ^ k, mid = (lo + hi) / 2;
     const bool low_side = (r & k) == 0;
     const int keep_lo = low_side ? lo : mid, keep_hi = low_side ? mid : hi;
-    const net::Tag tag{kOpAllreduce, round, step};
+    const net::Tag tag{op_id(kOpAllreduce), round, step};
     const std::size_t kept = at(keep_hi) - at(keep_lo);
     net::Handle in = transport_.recv(partner, tag,
                                      std::as_writable_bytes(std::span<T>(other, kept)));
@@ -133,7 +133,7 @@ void Communicator::halving_doubling_allreduce(std::span<T> data, Reduce op) {
     const bool low_side = (r & k) == 0;
     const int width = hi - lo;
     const int their_lo = low_side ? lo + width : lo - width;
-    const net::Tag tag{kOpAllreduce, round, step};
+    const net::Tag tag{op_id(kOpAllreduce), round, step};
     net::Handle in = transport_.recv(partner, tag, range(their_lo, their_lo + width));
     net::Handle out = transport_.send(partner, tag, range(lo, hi));
     transport_.wait(in);
@@ -174,7 +174,7 @@ void Communicator::ring_allreduce(std::span<T> data, Reduce op) {
   auto send_block = [&](int g) { return g < n - 1 ? mod(r - g) : mod(r + 1 - (g - (n - 1))); };
   auto recv_block = [&](int g) { return g < n - 1 ? mod(r - g - 1) : mod(r - (g - (n - 1))); };
   auto tag = [&](int g, std::size_t k) {
-    return net::Tag{kOpAllreduce, round, static_cast<uint32_t>(g * nseg + k)};
+    return net::Tag{op_id(kOpAllreduce), round, static_cast<uint32_t>(g * nseg + k)};
   };
 
   // Reduce-scatter receive i (= g * nseg + k) lands in slot i % slots.
@@ -261,7 +261,9 @@ void Communicator::broadcast(std::span<std::byte> data, int root) {
   auto piece = [&](std::size_t k) {
     return bytes_of(data, data.size() * k / nseg, data.size() * (k + 1) / nseg);
   };
-  auto tag = [&](std::size_t k) { return net::Tag{kOpBroadcast, round, static_cast<uint32_t>(k)}; };
+  auto tag = [&](std::size_t k) {
+    return net::Tag{op_id(kOpBroadcast), round, static_cast<uint32_t>(k)};
+  };
   recvs_.assign(nseg, net::Handle{});
   sends_.assign(nseg, net::Handle{});
   const bool forwards = right != root;
@@ -293,7 +295,9 @@ void Communicator::allgather(std::span<const std::byte> mine, std::span<std::byt
   if (n == 1) return;
   const int left = (r + n - 1) % n, right = (r + 1) % n;
   auto block = [&](int b) { return out.subspan(static_cast<std::size_t>((b % n + n) % n) * m, m); };
-  auto tag = [&](int s) { return net::Tag{kOpAllgather, round, static_cast<uint32_t>(s)}; };
+  auto tag = [&](int s) {
+    return net::Tag{op_id(kOpAllgather), round, static_cast<uint32_t>(s)};
+  };
   sends_.assign(n - 1, net::Handle{});
   // Step s forwards the block that arrived at step s - 1 (this peer's own at step 0).
   net::Handle recv = transport_.recv(left, tag(0), block(r - 1));

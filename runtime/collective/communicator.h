@@ -29,13 +29,20 @@ struct Options {
   // (Rabenseifner): a reduce-scatter by recursive halving, then an all-gather by recursive
   // doubling; the ring's bytes in 2 log2(N) steps instead of 2(N-1). 0: never.
   std::size_t medium_bytes = 1024 * 1024;
+  // Two communicators over one transport, used from two threads at once (the training thread's
+  // and the bucketed all-reduce's communication thread), would give their calls the same tags:
+  // each numbers its rounds from 0. Each needs a tag space of its own: its op ids are the
+  // kOp* below plus kOpsPerSpace * tag_space, so no two spaces (nor gossip's op) share a tag.
+  uint32_t tag_space = 0;
 };
 
 // The peers a communicator of `world` with these options talks to: the ring neighbours, plus the
 // recursive-doubling partners (rank xor 2^k) when that path is on. A transport must connect them.
 std::vector<int> peers_needed(int rank, int world, const Options& options);
 
-// Operation ids in tags.
+// Operation ids in tags (tag space 0; see Options::tag_space). Ids below kOpsPerSpace belong to
+// space 0, which other users of a transport share (neighbour.h's kOpGossip is 4).
+inline constexpr uint32_t kOpsPerSpace = 16;
 inline constexpr uint32_t kOpAllreduce = 1;
 inline constexpr uint32_t kOpBroadcast = 2;
 inline constexpr uint32_t kOpAllgather = 3;
@@ -47,6 +54,7 @@ class Communicator {
   int rank() const { return transport_.rank(); }
   int world() const { return transport_.world(); }
   net::Transport& transport() { return transport_; }
+  const Options& options() const { return options_; }
 
   // In place; the result is bitwise identical on every peer.
   void allreduce(std::span<float> data, Reduce op = Reduce::sum);
@@ -70,6 +78,8 @@ class Communicator {
   template <typename T>
   void halving_doubling_allreduce(std::span<T> data, Reduce op);
   uint64_t next_round() { return round_++; }
+  // The op id of `op` in this communicator's tag space.
+  uint32_t op_id(uint32_t op) const { return op + kOpsPerSpace * options_.tag_space; }
 
   net::Transport& transport_;
   Options options_;

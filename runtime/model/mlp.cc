@@ -124,34 +124,58 @@ void Mlp::per_example_sq_norms(Workspace& ws, std::span<float> out) const {
 
 void Mlp::accumulate_gradient(Workspace& ws, std::span<const float> scale,
                               std::span<float> grad_out) const {
-  const std::size_t batch = ws.batch;
-  DPG_CHECK_EQ(grad_out.size(), params_.size());
-  DPG_CHECK(scale.empty() || scale.size() == batch);
-  if (batch == 0) return;
+  if (ws.batch == 0) return;
   for (int l = 0; l < num_layers(); ++l) {
-    const int in = widths_[l];
-    const int out = widths_[l + 1];
-    float* g = ws.grad[l].data();
-    float* a = ws.act[l].data();
-    for (std::size_t i = 0; i < batch && !scale.empty(); ++i) {
-      if (scale[i] == 1.0f) continue;
-      if (scale[i] == 0.0f) {
-        // A dropped example (non-finite gradient) must not reach the sum even as 0 * inf.
-        std::fill(g + i * out, g + (i + 1) * out, 0.0f);
-        std::fill(a + i * in, a + (i + 1) * in, 0.0f);
-        continue;
-      }
-      for (int c = 0; c < out; ++c) g[i * out + c] *= scale[i];
+    clip_layer(ws, scale, l);
+    add_weight_rows(ws, l, 0, widths_[l + 1], grad_out);
+    add_bias(ws, l, grad_out);
+  }
+}
+
+void Mlp::clip_layer(Workspace& ws, std::span<const float> scale, int l) const {
+  const std::size_t batch = ws.batch;
+  DPG_CHECK(scale.empty() || scale.size() == batch);
+  DPG_CHECK(l >= 0 && l < num_layers());
+  const int in = widths_[l];
+  const int out = widths_[l + 1];
+  float* g = ws.grad[l].data();
+  float* a = ws.act[l].data();
+  for (std::size_t i = 0; i < batch && !scale.empty(); ++i) {
+    if (scale[i] == 1.0f) continue;
+    if (scale[i] == 0.0f) {
+      // A dropped example (non-finite gradient) must not reach the sum even as 0 * inf.
+      std::fill(g + i * out, g + (i + 1) * out, 0.0f);
+      std::fill(a + i * in, a + (i + 1) * in, 0.0f);
+      continue;
     }
-    // dW (out, in) += grad^T (out, batch) * act (batch, in)
-    sgemm(true, false, out, in, static_cast<int>(batch), 1.0f, g, out, a, in, 1.0f,
-          grad_out.data() + weight_offset(l), in);
-    float* db = grad_out.data() + bias_offset(l);
-    for (std::size_t i = 0; i < batch; ++i) {
-      const float* row = g + i * out;
+    for (int c = 0; c < out; ++c) g[i * out + c] *= scale[i];
+  }
+}
+
+void Mlp::add_weight_rows(Workspace& ws, int l, int row_begin, int row_end,
+                          std::span<float> grad_out) const {
+  DPG_CHECK_EQ(grad_out.size(), params_.size());
+  DPG_CHECK(l >= 0 && l < num_layers());
+  DPG_CHECK(0 <= row_begin && row_begin <= row_end && row_end <= widths_[l + 1]);
+  if (ws.batch == 0 || row_begin == row_end) return;
+  const int in = widths_[l];
+  const int out = widths_[l + 1];
+  // dW[rows] (rows, in) += grad[:, rows]^T (rows, batch) * act (batch, in)
+  sgemm(true, false, row_end - row_begin, in, static_cast<int>(ws.batch), 1.0f,
+        ws.grad[l].data() + row_begin, out, ws.act[l].data(), in, 1.0f,
+        grad_out.data() + weight_offset(l) + static_cast<std::size_t>(row_begin) * in, in);
+}
+
+void Mlp::add_bias(Workspace& ws, int l, std::span<float> grad_out) const {
+  DPG_CHECK_EQ(grad_out.size(), params_.size());
+  DPG_CHECK(l >= 0 && l < num_layers());
+  const int out = widths_[l + 1];
+  const float* g = ws.grad[l].data();
+  float* db = grad_out.data() + bias_offset(l);
+  for (std::size_t i = 0; i < ws.batch; ++i) {
+    const float* row = g + i * out;
 #pragma omp simd
-      for (int c = 0; c < out; ++c) db[c] += row[c];
-    }
+    for (int c = 0; c < out; ++c) db[c] += row[c];
   }
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/train_config.h"
@@ -70,6 +71,23 @@ class Mlp {
   // Scales ws.grad rows in place.
   void accumulate_gradient(Workspace& ws, std::span<const float> scale,
                            std::span<float> grad_out) const;
+  // accumulate_gradient in pieces, for a gradient handed out while it is being summed: first
+  // clip_layer (scales layer l's ws.grad rows by `scale`, zeroing dropped examples), then
+  // add_weight_rows and add_bias write disjoint values of grad_out (weight_rows(), bias_range()),
+  // in any order. Layers are independent, so any order of layers gives the same sums.
+  void clip_layer(Workspace& ws, std::span<const float> scale, int layer) const;
+  // grad_out's rows [row_begin, row_end) of dW_l (out_l, in_l) += grad^T act.
+  void add_weight_rows(Workspace& ws, int layer, int row_begin, int row_end,
+                       std::span<float> grad_out) const;
+  void add_bias(Workspace& ws, int layer, std::span<float> grad_out) const;
+  // Where rows [row_begin, row_end) of W_l, and b_l, sit in the flat vector: [first, second).
+  std::pair<std::size_t, std::size_t> weight_rows(int layer, int row_begin, int row_end) const {
+    return {offsets_[layer] + static_cast<std::size_t>(row_begin) * widths_[layer],
+            offsets_[layer] + static_cast<std::size_t>(row_end) * widths_[layer]};
+  }
+  std::pair<std::size_t, std::size_t> bias_range(int layer) const {
+    return {bias_offset(layer), bias_offset(layer) + static_cast<std::size_t>(widths_[layer + 1])};
+  }
 
   // Loss sum and correct predictions over a whole split, in chunks, without gradients.
   struct Evaluation {

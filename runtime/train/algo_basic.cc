@@ -1,6 +1,11 @@
 // One peer, and synchronous data-parallel DP-SGD over the all-reduce: every peer noises its own
-// clipped sum, the ring sums the noised gradients, and every replica takes the same step.
+// clipped sum, the ring sums the noised gradients, and every replica takes the same step. With
+// bucket_bytes > 0 the gradient goes out in buckets while the backward pass goes on
+// (bucket_reducer.h).
+#include <optional>
+
 #include "runtime/train/algorithms.h"
+#include "runtime/train/bucket_reducer.h"
 
 namespace dpg::train {
 namespace {
@@ -15,19 +20,41 @@ class Single final : public Algorithm {
 
 class AllReduce final : public Algorithm {
  public:
-  explicit AllReduce(const AlgoSetup& s) : comm_(*s.comm), mechanism_(s.mechanism) {}
+  explicit AllReduce(const AlgoSetup& s) : comm_(*s.comm), mechanism_(s.mechanism) {
+    if (s.config.bucket_bytes > 0) {
+      buckets_.emplace(*s.comm, s.mechanism, static_cast<std::size_t>(s.config.bucket_bytes));
+    }
+  }
+
+  bool streams_gradient() const override { return buckets_.has_value(); }
+  std::size_t gradient_part_values() const override { return buckets_ ? buckets_->values() : 0; }
+  void on_gradient_part(long long t, const dp::PrivateGradient& part,
+                        std::size_t offset) override {
+    buckets_->add(t, part, offset);
+  }
 
   void apply(long long, const dp::PrivateGradient& mine, std::span<float> params,
              Sgd& sgd) override {
-    // The sum over the peers of their noised gradients, identical on every replica.
-    const dp::PrivateGradient sum =
-        mechanism_.exchange(mine, [&](std::span<float> v) { comm_.allreduce(v); });
+    // The sum over the peers of their noised gradients, identical on every replica. With
+    // buckets, the parts were summed in place as they came; what is left is to wait for them.
+    const dp::PrivateGradient sum = mechanism_.exchange(mine, [&](std::span<float> v) {
+      if (buckets_) {
+        buckets_->wait();
+      } else {
+        comm_.allreduce(v);
+      }
+    });
     sgd.apply(params, sum);
+  }
+
+  void annotate(Json& line, long long, bool summary) const override {
+    if (buckets_ && summary) line["buckets"] = buckets_->buckets();  // all-reduces of the run
   }
 
  private:
   collective::Communicator& comm_;
   dp::GaussianMechanism& mechanism_;
+  std::optional<BucketReducer> buckets_;  // bucket_bytes > 0
 };
 
 }  // namespace

@@ -162,7 +162,7 @@ class PsAsync final : public Algorithm {
     }
     Staleness& st = per_step_[static_cast<std::size_t>(t)];
     if (is_server()) {
-      const auto r = serve(rank_, t, mine.slice(begin_, shard_.size()),
+      const auto r = serve(rank_, t, mine.part(begin_, shard_.size()),
                            params.subspan(begin_, shard_.size()));
       st.add(static_cast<long long>(r.staleness));
     }

@@ -109,7 +109,7 @@ class PsSync final : public Algorithm {
     if (is_server()) {
       // The server's step on its shard, at the worker's learning rate (the schedule's).
       sgd_->set_lr(sgd.options().lr);
-      sgd_->apply(*shard_, summed.slice(mb, len));
+      sgd_->apply(*shard_, summed.part(mb, len));
       for (int w = 0; w < world_; ++w) {
         if (w == rank_) continue;
         handles_.push_back(

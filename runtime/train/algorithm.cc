@@ -19,6 +19,11 @@ std::vector<int> neighbours(const TrainConfig&, int rank, int,
   return graph_neighbours(phases, rank);
 }
 
+bool never(const TrainConfig&) { return false; }
+bool always(const TrainConfig&) { return true; }
+// The buckets' all-reduces run on a communication thread while the backward pass goes on.
+bool with_buckets(const TrainConfig& c) { return c.bucket_bytes > 0; }
+
 // Parameter servers: a server (rank below `servers`) talks to every worker, a worker to every
 // server (every rank is a worker).
 std::vector<int> ps_peers(const TrainConfig& c, int rank, int world,
@@ -33,13 +38,15 @@ std::vector<int> ps_peers(const TrainConfig& c, int rank, int world,
 
 // One line per algorithm: algo, release, overlaps, uses_graph, peers, factory.
 const AlgoInfo kAlgorithms[] = {
-    {Algo::single, dp::Release::summed, false, false, no_peers, make_single},
-    {Algo::allreduce, dp::Release::summed, false, false, no_peers, make_allreduce},
-    {Algo::gossip, dp::Release::own, true, true, neighbours, make_gossip},
-    {Algo::ps_sync, dp::Release::summed, false, false, ps_peers, make_ps_sync},
+    {Algo::single, dp::Release::summed, never, false, no_peers, make_single},
+    {Algo::allreduce, dp::Release::summed, with_buckets, false, no_peers, make_allreduce},
+    {Algo::gossip, dp::Release::own, always, true, neighbours, make_gossip},
+    {Algo::ps_sync, dp::Release::summed, never, false, ps_peers, make_ps_sync},
     // Server threads answer while the workers compute.
-    {Algo::ps_async, dp::Release::own, true, false, ps_peers, make_ps_async},
-    {Algo::ad_psgd, dp::Release::own, true, true, neighbours, make_ad_psgd},
+    {Algo::ps_async, dp::Release::own, always, false, ps_peers, make_ps_async},
+    {Algo::local_sgd, dp::Release::own, never, false, no_peers, make_local_sgd},
+    // Responders answer while the peer computes.
+    {Algo::ad_psgd, dp::Release::own, always, true, neighbours, make_ad_psgd},
 };
 
 }  // namespace

@@ -3,8 +3,9 @@
 //
 //   algorithm.before_gradient(t, params)        gossip: the pre-step model starts for the neighbours
 //   sample, forward, backward with per-example norms, clip and noise   -> mine (a PrivateGradient)
-//     (with streams_gradient(), each layer's released part also goes to on_gradient_part() as soon
-//      as it is ready, last layer first, so that sending overlaps the rest of the backward pass)
+//     (with streams_gradient(), each released piece (a layer's bias, blocks of its weight rows)
+//      also goes to on_gradient_part() as soon as it is ready, last layer first, so that sending
+//      overlaps the rest of the gradient's summation)
 //   algorithm.apply(t, mine, params, sgd)       exchange and update: sum then step, mix then step, ...
 //   account (the privacy plan's accountant, once per step)
 //
@@ -53,9 +54,11 @@ class Algorithm {
   // Before the step's gradient is computed at `params` (which stay unchanged until apply()).
   virtual void before_gradient(long long /*t*/, std::span<const float> /*params*/) {}
 
-  // Whether the gradient should be handed over layer by layer as it is released.
+  // Whether the gradient should be handed over piece by piece as it is released, and about how
+  // many values a piece of a large layer should have (0: whole weight matrices).
   virtual bool streams_gradient() const { return false; }
-  // One released layer of step t's gradient: values [offset, offset + part.size()) of the whole.
+  virtual std::size_t gradient_part_values() const { return 0; }
+  // One released piece of step t's gradient: values [offset, offset + part.size()) of the whole.
   virtual void on_gradient_part(long long /*t*/, const dp::PrivateGradient& /*part*/,
                                 std::size_t /*offset*/) {}
 
@@ -89,9 +92,11 @@ class Algorithm {
 struct AlgoInfo {
   Algo algo;                        // its value of `algo` in the config
   dp::Release release;              // how a peer's noise reaches the model (the privacy plan)
-  // The transport must move messages while the peer computes (an I/O thread): the algorithm
-  // overlaps communication with computation, or answers other peers asynchronously.
-  bool overlaps;
+  // Whether, under config c, the transport must move messages while the peer computes (an I/O
+  // thread) and take posts and waits from two threads at once: the algorithm overlaps
+  // communication with computation (allreduce with bucket_bytes > 0), or answers other peers
+  // asynchronously (gossip).
+  bool (*overlaps)(const TrainConfig& c);
   // It runs on the graphs of `topology` and `topology_schedule` (AlgoSetup::phases).
   bool uses_graph;
   // The peers this rank exchanges messages with, beyond the collectives' own.

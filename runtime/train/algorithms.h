@@ -11,6 +11,7 @@ namespace dpg::train {
 std::unique_ptr<Algorithm> make_single(const AlgoSetup& setup);     // algo_basic.cc
 std::unique_ptr<Algorithm> make_allreduce(const AlgoSetup& setup);  // algo_basic.cc
 std::unique_ptr<Algorithm> make_gossip(const AlgoSetup& setup);     // algo_gossip.cc
+std::unique_ptr<Algorithm> make_local_sgd(const AlgoSetup& setup);  // algo_local_sgd.cc
 std::unique_ptr<Algorithm> make_ps_sync(const AlgoSetup& setup);    // algo_ps_sync.cc
 std::unique_ptr<Algorithm> make_ps_async(const AlgoSetup& setup);   // algo_ps_async.cc
 std::unique_ptr<Algorithm> make_ad_psgd(const AlgoSetup& setup);    // algo_ad_psgd.cc

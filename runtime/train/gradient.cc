@@ -1,5 +1,8 @@
 #include "runtime/train/gradient.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "dp/clip.h"
 
 namespace dpg::train {
@@ -7,7 +10,8 @@ namespace dpg::train {
 dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
                                      std::span<const std::int32_t> labels,
                                      dp::GaussianMechanism& mechanism, StepBuffers& buffers,
-                                     StepStats& stats, trace::Tracer* tracer) {
+                                     StepStats& stats, const GradientSink& sink,
+                                     std::size_t part_values, trace::Tracer* tracer) {
   const std::size_t batch = ws.batch;
   stats = StepStats{};
   stats.batch = batch;
@@ -31,11 +35,39 @@ dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& 
         stats.clipped += (scale[i] < 1.0f && scale[i] > 0.0f) ? 1 : 0;
         if (scale[i] != 0.0f) stats.loss_sum += ws.loss[i];
       }
-      model.accumulate_gradient(ws, scale, sum);
-    } else {
-      model.accumulate_gradient(ws, {}, sum);
     }
   }
+  // The clipped sum. The clip factors: none without DP, or for an empty batch, whose sum stays
+  // zero. With a sink, its pieces are noised and handed over as they are done.
+  trace::Span clipped_sum(tracer, "clip", "compute");
+  std::span<const float> scale;
+  if (mechanism.options().enabled && batch > 0) scale = buffers.scale;
+  if (sink) {
+    const std::vector<int> widths = model.spec().widths();
+    auto release = [&](std::pair<std::size_t, std::size_t> range) {
+      sink(mechanism.release_range(range.first, range.second), range.first);
+    };
+    for (int l = model.num_layers() - 1; l >= 0; --l) {
+      const int in = widths[static_cast<std::size_t>(l)];
+      const int out = widths[static_cast<std::size_t>(l) + 1];
+      if (batch > 0) model.clip_layer(ws, scale, l);
+      model.add_bias(ws, l, sum);
+      release(model.bias_range(l));
+      const int rows = part_values == 0
+                           ? out
+                           : static_cast<int>(std::clamp<std::size_t>(
+                                 part_values / static_cast<std::size_t>(in), 1,
+                                 static_cast<std::size_t>(out)));
+      for (int hi = out; hi > 0; hi -= rows) {
+        const int lo = std::max(0, hi - rows);
+        model.add_weight_rows(ws, l, lo, hi, sum);
+        release(model.weight_rows(l, lo, hi));
+      }
+    }
+  } else {
+    model.accumulate_gradient(ws, scale, sum);
+  }
+  clipped_sum.end();
   trace::Span noise(tracer, "noise", "compute");
   return mechanism.release();
 }

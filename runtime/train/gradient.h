@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -27,12 +28,25 @@ struct StepBuffers {
   std::vector<float> scale;     // (batch)
 };
 
+// Takes each released part of the gradient as soon as it is ready: values [offset, offset +
+// part.size()) of the whole, from the end of the vector down (last layer first; in a layer its
+// bias, then its weight rows from the last).
+using GradientSink = std::function<void(const dp::PrivateGradient& part, std::size_t offset)>;
+
 // ws.act[0] holds the batch (ws.batch rows); labels has ws.batch entries. With the mechanism
 // enabled each example's gradient is clipped to C before the sum; the sum is noised once.
-// `tracer` (optional) records the forward_backward, clip and noise spans.
+// With a sink, the clipped sum is made piece by piece from the end (the per-example norms, which
+// need every layer, come first, from the backward pass's per-layer activations and output
+// gradients), and each piece is noised and handed to the sink at once: a layer's bias, then its
+// weights in blocks of whole rows of about part_values values (0: the whole matrix), so that a
+// large layer goes out in pieces while the rest of it is summed. The values returned are the
+// same up to float summation order (a block of rows is its own matrix product). `tracer`
+// (optional) records the forward_backward, clip and noise spans.
 dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
                                      std::span<const std::int32_t> labels,
                                      dp::GaussianMechanism& mechanism, StepBuffers& buffers,
-                                     StepStats& stats, trace::Tracer* tracer = nullptr);
+                                     StepStats& stats, const GradientSink& sink = {},
+                                     std::size_t part_values = 0,
+                                     trace::Tracer* tracer = nullptr);
 
 }  // namespace dpg::train

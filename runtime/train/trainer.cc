@@ -172,8 +172,15 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
   sample.end();
   // Forward, backward with per-example norms, clip and noise.
   StepStats stats;
+  GradientSink sink;  // the layers as they are released, to an algorithm that streams them
+  if (s.algorithm->streams_gradient()) {
+    sink = [&](const dp::PrivateGradient& part, std::size_t offset) {
+      s.algorithm->on_gradient_part(t, part, offset);
+    };
+  }
   const dp::PrivateGradient mine =
-      private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats, tracer_);
+      private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats, sink,
+                       s.algorithm->gradient_part_values(), tracer_);
   // Exchange and update.
   trace::Span update(tracer_, "update", "compute");
   s.lr = scheduled_lr(c, t, plan_.steps);
@@ -288,12 +295,16 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
   // The consensus distance every metrics_every steps, kept out of the throughput figure.
   auto report_consensus = [&](long long round) {
     if (!differ || c.metrics_every <= 0 || round % c.metrics_every != 0) return;
+    // Waiting here for slower peers is training time (local SGD's peers meet only every H
+    // steps, so their skew is whole steps): only what follows the barrier is metrics.
+    comm_->barrier();
     const auto begin = Clock::now();
     s.last_consensus = consensus(s, round, true);
     if (on_consensus) on_consensus(*s.last_consensus);
     metrics_seconds += seconds_since(begin);
   };
   report_consensus(0);
+  metrics_seconds = 0;  // before the first epoch's clock starts: not to be taken off its time
   for (int epoch = 1; epoch <= epochs; ++epoch) {
     const long long end = std::min<long long>(
         plan_.steps, static_cast<long long>(std::ceil(epoch / plan_.q - 1e-9)));

@@ -88,7 +88,7 @@ double spread(const std::vector<std::vector<float>>& models) {
 TEST_CASE("ad-psgd: in the table, with each peer's own noise, on the graph") {
   const auto& info = train::algo_info(Algo::ad_psgd);
   CHECK(info.release == dp::Release::own);
-  CHECK(info.overlaps);
+  CHECK(info.overlaps(TrainConfig{}));
   CHECK(info.uses_graph);
   CHECK(info.peers(ad_config(), 0, 4, graph("ring", 4)) == std::vector<int>{1, 3});
 }

@@ -58,9 +58,9 @@ TEST_CASE("shard_range: contiguous, balanced within one, covering every paramete
 
 TEST_CASE("the table has both parameter servers; more servers than peers is refused") {
   CHECK(train::algo_info(Algo::ps_sync).release == dp::Release::summed);
-  CHECK_FALSE(train::algo_info(Algo::ps_sync).overlaps);
+  CHECK_FALSE(train::algo_info(Algo::ps_sync).overlaps(TrainConfig{}));
   CHECK(train::algo_info(Algo::ps_async).release == dp::Release::own);
-  CHECK(train::algo_info(Algo::ps_async).overlaps);
+  CHECK(train::algo_info(Algo::ps_async).overlaps(TrainConfig{}));
   TrainConfig c = small_config("ps-sync");
   c.servers = 2;
   // A server talks to every worker, a worker to every server.

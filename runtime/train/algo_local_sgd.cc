@@ -1,0 +1,48 @@
+// Local SGD with DP: every peer takes local_steps (H) DP-SGD steps on its own model with its own
+// noised gradient, then the replicas are replaced by their average (an all-reduce of the
+// parameters), and once more after the last step. Communication is one model per H steps instead
+// of one gradient per step. Each peer's own noised updates reach its model before anyone sees
+// it (Release::own): every local step is a release the plan accounts for.
+//
+// Only the parameters are averaged; each peer keeps its own momentum buffer. With H = 1 this is
+// still the all-reduce algorithm: the peers start every step from the same average, and momentum,
+// weight decay and the step are linear, so the mean of the peers' buffers follows the recursion
+// of the all-reduce's one buffer and the mean of their steps is its step.
+#include "runtime/train/algorithms.h"
+
+namespace dpg::train {
+namespace {
+
+class LocalSgd final : public Algorithm {
+ public:
+  explicit LocalSgd(const AlgoSetup& s)
+      : comm_(*s.comm), every_(s.config.local_steps), last_(s.plan.steps - 1) {}
+
+  void apply(long long t, const dp::PrivateGradient& mine, std::span<float> params,
+             Sgd& sgd) override {
+    sgd.apply(params, mine);
+    if ((t + 1) % every_ == 0 || t == last_) {
+      comm_.allreduce(params, collective::Reduce::average);
+    }
+  }
+
+  void release(std::span<const float> mine, std::span<float> out) override {
+    mean_over_peers(comm_, mine, out);
+  }
+  bool replicas_differ() const override { return true; }
+
+  void annotate(Json& line, long long, bool) const override { line["local_steps"] = every_; }
+
+ private:
+  collective::Communicator& comm_;
+  long long every_;  // H
+  long long last_;   // the run's last step, always followed by an average
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> make_local_sgd(const AlgoSetup& s) {
+  return std::make_unique<LocalSgd>(s);
+}
+
+}  // namespace dpg::train
