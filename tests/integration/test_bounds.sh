@@ -73,6 +73,9 @@ long=$(printf '9%.0s' {1..3000})
 err=$("$exe" "${base[@]}" --epochs "${long}x" 2>&1 >/dev/null || true)
 ((${#err} < 300)) || fail "a 3000-character bad value is quoted whole: ${#err} characters"
 grep -qF -- "/epochs" <<<"$err" || fail "the error for a long --epochs does not name it: ${err:0:200}"
+expect_quick_error "--timeout-s: must be in (0, 1000000]" "$exe" bench allreduce --peers 2 --timeout-s 1e300
+expect_quick_error "--steps must be in [1, 1e15]" \
+  "$exe" privacy --sample-rate 0.01 --noise-multiplier 1 --steps 9000000000000000000 --delta 1e-5
 printf '{"epochs": 1, "hidden": [8], "epochs": 2}\n' >"$work/dup.json"
 expect_quick_error 'dup.json: the key "epochs" appears twice' "$exe" train --config "$work/dup.json"
 
