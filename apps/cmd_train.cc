@@ -149,6 +149,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
                                          : "reading " + flags.config_file + " and the flags");
   const TrainConfig c = merge(cmd, flags);
   check_train_outputs(c);
+  set_activity("setting up the run (hosts, transport, trace)");
   const Peers peers = peers_for(c, flags);
   // One voice per run: other ranks report only warnings and errors.
   if (peers.rank != 0 && log::level() > log::Level::warn) log::set_level(log::Level::warn);
