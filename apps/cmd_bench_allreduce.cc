@@ -234,6 +234,15 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
   if (o.warmup < 0 || o.repeats < 1 || o.rounds < 1) {
     fail(Code::invalid_argument, "--warmup must be >= 0, --repeats and --rounds >= 1");
   }
+  // Converted to milliseconds in a std::chrono duration; local peers are processes.
+  if (!(o.timeout_s > 0 && o.timeout_s <= 1e6)) {
+    fail(Code::invalid_argument, "--timeout-s: must be in (0, 1000000], got " +
+                                     std::to_string(o.timeout_s));
+  }
+  if (o.hosts.empty() && o.peers > 1024) {
+    fail(Code::invalid_argument,
+         "--peers: must be in [1, 1024] (local processes), got " + std::to_string(o.peers));
+  }
   if (!o.hosts.empty()) return run_peer(o, sizes);
   if (o.peers < 1) fail(Code::invalid_argument, "--peers: must be at least 1");
   std::vector<std::string> baselines;

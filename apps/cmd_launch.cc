@@ -3,6 +3,7 @@
 // See docs/HOSTS.md.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -12,7 +13,9 @@
 
 #include "apps/commands.h"
 #include "apps/launch.h"
+#include "runtime/core/bounds.h"
 #include "runtime/core/error.h"
+#include "runtime/core/json_io.h"
 #include "runtime/core/log.h"
 #include "runtime/net/hosts.h"
 
@@ -25,6 +28,8 @@ struct LaunchFlags {
   std::string hosts;
   int peers = 0;
   double grace_s = 5.0;
+  double peer_memory_mb = 0;    // 0: estimated from the command and its data folder
+  bool no_memory_check = false;
   std::vector<std::string> command;  // everything after --
   CLI::Option* hosts_opt = nullptr;
   CLI::Option* peers_opt = nullptr;
@@ -84,6 +89,39 @@ void validate(const LaunchFlags& f) {
          "use launch --hosts FILE");
 }
 
+// The data bytes one peer holds: its share of the training rows and the whole test split, from
+// the manifest of the command's --data folder (its default when not given); 0 when unknown.
+std::uint64_t peer_data_bytes(const std::vector<std::string>& command) {
+  std::string data = "data/fashion-mnist";
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (command[i] == "--data" && i + 1 < command.size()) data = command[i + 1];
+    else if (command[i].rfind("--data=", 0) == 0) data = command[i].substr(7);
+  }
+  try {
+    const Json m = read_json_file((std::filesystem::path(data) / "manifest.json").string());
+    const double cols = m.at("cols").get<double>(), peers = m.at("peers").get<double>();
+    const double rows = m.at("train_rows").get<double>() / std::max(peers, 1.0) +
+                        m.at("test").at("rows").get<double>();
+    const double bytes = rows * (cols + 1) * 4;
+    return bytes > 0 && bytes < 1e18 ? static_cast<std::uint64_t>(bytes) : 0;
+  } catch (const std::exception&) {
+    return 0;  // no folder yet (train prepares it) or not ours to judge: the base figure stands
+  }
+}
+
+void require_local_memory(const LaunchFlags& f, size_t local_peers) {
+  // A peer's process, its BLAS and transport buffers and a small model, before its data.
+  constexpr std::uint64_t kPeerBaseBytes = std::uint64_t{64} << 20;
+  const std::uint64_t per_peer =
+      f.peer_memory_mb > 0 ? static_cast<std::uint64_t>(f.peer_memory_mb * (1 << 20))
+                           : kPeerBaseBytes + 2 * peer_data_bytes(f.command);
+  const auto total = checked_mul(per_peer, local_peers);
+  require_memory(total.value_or(UINT64_MAX),
+                 "launch: " + std::to_string(local_peers) + " local peers at about " +
+                     bytes_text(per_peer) + " each",
+                 "--peer-memory-mb sets the figure per peer, --no-memory-check skips this check");
+}
+
 void run_launch(const LaunchFlags& f) {
   validate(f);
   std::optional<TempDir> tmp;  // --peers: holds the generated hosts file until the peers exit
@@ -99,6 +137,12 @@ void run_launch(const LaunchFlags& f) {
     hosts = net::load_hosts(path);
   }
   const std::vector<Child> children = local_children(hosts, path, self_exe(), f.command);
+  // The same cap as --peers, and a check that the local peers fit, before one is started.
+  if (children.size() > static_cast<size_t>(kMaxLocalPeers))
+    fail(Code::invalid_argument, "launch: " + path + " puts " + std::to_string(children.size()) +
+                                     " peers on this machine; at most " +
+                                     std::to_string(kMaxLocalPeers) + " run on one host");
+  if (!f.no_memory_check) require_local_memory(f, children.size());
   if (static_cast<int>(children.size()) < hosts.world()) {
     DPG_WARN("launch: " << path << ": starting " << children.size() << " of " << hosts.world()
                         << " peers here; start the others on their own hosts");
@@ -124,6 +168,12 @@ void add_launch(CLI::App& app) {
   f->peers_opt = cmd->add_option("--peers", f->peers, "N peers on 127.0.0.1 on free ports");
   cmd->add_option("--grace-s", f->grace_s,
                   "seconds between SIGTERM and SIGKILL when stopping the peers (default 5)");
+  cmd->add_option("--peer-memory-mb", f->peer_memory_mb,
+                  "memory each local peer needs, in MiB, for the check before starting "
+                  "(default: 64 MiB plus twice its data from the manifest)")
+      ->check(CLI::Range(0.0, 1048576.0));
+  cmd->add_flag("--no-memory-check", f->no_memory_check,
+                "start the peers even when they seem not to fit in the available memory");
   cmd->add_option("command", f->command,
                   "after --: the dpgossip command each peer runs, e.g. -- train --epochs 1; "
                   "--hosts FILE --rank R are appended");

@@ -65,8 +65,8 @@ void validate(const PrivacyFlags& f) {
     bad_flag("--target-epsilon must be finite and > 0, got " + exact(f.target_epsilon));
   if (given(f.steps_opt) == given(f.epochs_opt))
     bad_flag("give exactly one of --steps and --epochs");
-  if (given(f.steps_opt) && f.steps < 1)
-    bad_flag("--steps must be >= 1, got " + std::to_string(f.steps));
+  if (given(f.steps_opt) && (f.steps < 1 || f.steps > 1000000000000000LL))
+    bad_flag("--steps must be in [1, 1e15], got " + std::to_string(f.steps));
   if (given(f.epochs_opt) && !(f.epochs > 0.0 && std::isfinite(f.epochs)))
     bad_flag("--epochs must be finite and > 0, got " + exact(f.epochs));
   if (!given(f.delta_opt)) bad_flag("--delta is required (e.g. 1e-5, below 1 / dataset size)");

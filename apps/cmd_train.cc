@@ -12,6 +12,7 @@
 
 #include "apps/commands.h"
 #include "apps/gossip_setup.h"
+#include "apps/guards.h"
 #include "apps/trace_output.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
@@ -94,7 +95,11 @@ data::Prepared load_or_prepare(const TrainConfig& c, int rank, int world) {
       data::wait_for_manifest(c.data, std::chrono::seconds(300));
     }
   }
-  return data::load_for_peer(c.data, rank, world, c.seed);
+  set_activity("loading rank " + std::to_string(rank) + "'s data from " + c.data);
+  data::Prepared d = data::load_for_peer(c.data, rank, world, c.seed);
+  require_train_memory(c, d, world);
+  set_activity("training");
+  return d;
 }
 
 // The peers of this run: the hosts file for any --algo but single, or this process alone.
@@ -125,11 +130,7 @@ Peers peers_for(const TrainConfig& c, const TrainFlags& f) {
 
 void append_metrics(const std::string& path, const Json& line) {
   if (path.empty()) return;
-  const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
-  std::ofstream out(path, std::ios::app);
-  if (!out) fail(Code::failed_precondition, "metrics: cannot append to " + path);
-  out << line.dump() << "\n";
+  append_checked(path, line.dump() + "\n", "metrics");
 }
 
 // "gossip-ring-n8-20261121-101500": algorithm, graph, peers and the start time.
@@ -145,7 +146,11 @@ std::string default_run_name(const TrainConfig& c, int world) {
 }
 
 void run_train(const CLI::App& cmd, const TrainFlags& flags) {
+  set_activity(flags.config_file.empty() ? "reading the flags"
+                                         : "reading " + flags.config_file + " and the flags");
   const TrainConfig c = merge(cmd, flags);
+  check_train_outputs(c);
+  set_activity("setting up the run (hosts, transport, trace)");
   const Peers peers = peers_for(c, flags);
   // One voice per run: other ranks report only warnings and errors.
   if (peers.rank != 0 && log::level() > log::Level::warn) log::set_level(log::Level::warn);
@@ -238,7 +243,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   }
   std::cout << ", " << summary.peers << " peer" << (summary.peers > 1 ? "s" : "")
             << ", noise multiplier " << plan.model_sigma << ", " << summary.steps << " steps, "
-            << summary.samples_per_second << " samples/s\n";
+            << train::throughput_text(summary.samples_per_second) << "\n";
 }
 
 }  // namespace

@@ -339,7 +339,15 @@ void Supervisor::start(size_t i) {
 
 void Supervisor::start_all() {
   open_resources();
-  for (size_t i = 0; i < running_.size(); ++i) start(i);
+  for (size_t i = 0; i < running_.size(); ++i) {
+    // A SIGINT or SIGTERM during start-up starts no one more; run() then stops those started.
+    pollfd pending{wake_[0], POLLIN, 0};
+    if (::poll(&pending, 1, 0) > 0) {
+      on_signal_bytes();
+      return;
+    }
+    start(i);
+  }
 }
 
 size_t Supervisor::unreaped() const {

@@ -6,8 +6,11 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
+#include <vector>
 #include <sstream>
 
+#include "runtime/core/bounds.h"
 #include "runtime/core/error.h"
 
 namespace dpg {
@@ -15,11 +18,37 @@ namespace dpg {
 Json read_json_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) fail(Code::not_found, path + ": cannot open file");
+  // nlohmann keeps the last of two equal keys silently; a config or hosts file that says one
+  // thing twice is more likely a mistake than a wish, so the parse refuses it.
+  std::vector<std::set<std::string>> keys;  // of each object being parsed
+  std::string duplicate;
+  const Json::parser_callback_t check = [&](int, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start: keys.emplace_back(); break;
+      case Json::parse_event_t::object_end:
+        if (!keys.empty()) keys.pop_back();
+        break;
+      case Json::parse_event_t::key:
+        if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
+            duplicate.empty()) {
+          duplicate = parsed.get<std::string>();
+        }
+        break;
+      default: break;
+    }
+    return true;
+  };
+  Json j;
   try {
-    return Json::parse(in);
+    j = Json::parse(in, check);
   } catch (const Json::parse_error& e) {
     fail(Code::invalid_argument, path + ": not valid JSON: " + e.what());
   }
+  if (!duplicate.empty()) {
+    fail(Code::invalid_argument,
+         path + ": the key \"" + shorten(duplicate) + "\" appears twice in one object");
+  }
+  return j;
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {

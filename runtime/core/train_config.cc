@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "runtime/core/bounds.h"
 #include "runtime/core/hash.h"
 
 namespace dpg {
@@ -31,6 +32,7 @@ std::string to_string(Init i) { return std::string(EnumNames<Init>::names[static
 namespace {
 
 constexpr double inf = std::numeric_limits<double>::infinity();
+constexpr double kMaxScheduleAt = 1e12;  // epochs or steps of a topology schedule entry
 
 [[noreturn]] void bad(const std::string& what) { fail(Code::invalid_argument, what); }
 
@@ -57,7 +59,7 @@ std::vector<ScheduleEntry> parse_topology_schedule(const std::string& s) {
     std::size_t end = s.find(',', begin);
     if (end == std::string::npos) end = s.size();
     const std::string entry = s.substr(begin, end - begin);
-    const std::string field = "entry " + std::to_string(out.size()) + " \"" + entry + "\"";
+    const std::string field = "entry " + std::to_string(out.size()) + " \"" + shorten(entry) + "\"";
     const std::size_t colon = entry.find(':'), eq = entry.find('=');
     if (colon == std::string::npos || eq == std::string::npos || eq < colon) {
       bad(field + ": expected epoch:E=GRAPH or step:S=GRAPH");
@@ -73,6 +75,8 @@ std::vector<ScheduleEntry> parse_topology_schedule(const std::string& s) {
       bad(field + ": not a number before '='");
     }
     if (!(e.at > 0) || !std::isfinite(e.at)) bad(field + ": must start after the first round");
+    // Later converted to a step count (a long long): keep it far from overflowing one.
+    if (e.at > kMaxScheduleAt) bad(field + ": must be at most " + num(kMaxScheduleAt));
     if (e.graph.empty()) bad(field + ": no graph after '='");
     for (std::size_t k = 0; k < out.size(); ++k) {
       if (out[k].in_epochs == e.in_epochs && !(out[k].at < e.at)) {
@@ -105,7 +109,10 @@ template <class T> constexpr bool is_int_v = std::integral<T> && !std::same_as<T
 
 template <class T> T int_from(long long s, unsigned long long u, bool is_unsigned) {
   if (is_unsigned) {
-    if (u > static_cast<unsigned long long>(std::numeric_limits<T>::max())) bad("out of range");
+    if (u > static_cast<unsigned long long>(std::numeric_limits<T>::max())) {
+      bad("out of range: at most " + std::to_string(std::numeric_limits<T>::max()) + ", got " +
+          std::to_string(u));
+    }
     return static_cast<T>(u);
   }
   if (s < 0 && std::is_unsigned_v<T>) bad("must be non-negative, got " + std::to_string(s));
@@ -118,25 +125,25 @@ template <class T> T int_from(long long s, unsigned long long u, bool is_unsigne
 
 template <class T> T value_from_json(const Json& j) {
   if constexpr (std::same_as<T, double>) {
-    if (!j.is_number()) bad("expected a number, got " + j.dump());
+    if (!j.is_number()) bad("expected a number, got " + shorten(j.dump()));
     return j.get<double>();
   } else if constexpr (std::same_as<T, bool>) {
-    if (!j.is_boolean()) bad("expected true or false, got " + j.dump());
+    if (!j.is_boolean()) bad("expected true or false, got " + shorten(j.dump()));
     return j.get<bool>();
   } else if constexpr (is_int_v<T>) {
-    if (!j.is_number_integer()) bad("expected an integer, got " + j.dump());
+    if (!j.is_number_integer()) bad("expected an integer, got " + shorten(j.dump()));
     if (j.is_number_unsigned()) return int_from<T>(0, j.get<unsigned long long>(), true);
     return int_from<T>(j.get<long long>(), 0, false);
   } else if constexpr (std::same_as<T, std::vector<int>>) {
-    if (!j.is_array()) bad("expected an array of integers, got " + j.dump());
+    if (!j.is_array()) bad("expected an array of integers, got " + shorten(j.dump()));
     T out;
     for (const auto& w : j) {
-      if (!w.is_number_integer()) bad("expected an array of integers, got " + j.dump());
+      if (!w.is_number_integer()) bad("expected an array of integers, got " + shorten(j.dump()));
       out.push_back(value_from_json<int>(w));
     }
     return out;
   } else {  // string, enum, schedule: all strings in JSON
-    if (!j.is_string()) bad("expected a string, got " + j.dump());
+    if (!j.is_string()) bad("expected a string, got " + shorten(j.dump()));
     const std::string s = j.get<std::string>();
     if constexpr (std::same_as<T, std::string>) return s;
     else if constexpr (is_enum_v<T>) return parse_enum<T>(s);
@@ -147,18 +154,21 @@ template <class T> T value_from_json(const Json& j) {
 template <class T> T value_from_text(const std::string& s) {
   if constexpr (std::same_as<T, double>) {
     double v = 0;
-    if (!read_double(s, v)) bad("expected a number, got \"" + s + "\"");
+    if (!read_double(s, v)) bad("expected a number, got \"" + shorten(s) + "\"");
     return v;
   } else if constexpr (std::same_as<T, bool>) {
     if (s == "true" || s == "false") return s == "true";
-    bad("expected true or false, got \"" + s + "\"");
+    bad("expected true or false, got \"" + shorten(s) + "\"");
   } else if constexpr (is_int_v<T>) {
     T v{};
     const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (r.ec == std::errc::result_out_of_range) bad("out of range, got \"" + s + "\"");
+    if (r.ec == std::errc::result_out_of_range) {
+      bad("out of range for this field (" + std::to_string(std::numeric_limits<T>::min()) + " to " +
+          std::to_string(std::numeric_limits<T>::max()) + "), got \"" + shorten(s) + "\"");
+    }
     if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size()) {
       bad("expected " + std::string(std::is_unsigned_v<T> ? "a non-negative " : "an ") +
-          "integer, got \"" + s + "\"");
+          "integer, got \"" + shorten(s) + "\"");
     }
     return v;
   } else if constexpr (std::same_as<T, std::vector<int>>) {
@@ -170,7 +180,7 @@ template <class T> T value_from_text(const std::string& s) {
       int v = 0;
       const auto r = std::from_chars(s.data() + begin, s.data() + end, v);
       if (end == begin || r.ec != std::errc() || r.ptr != s.data() + end) {
-        bad("expected comma-separated integers, got \"" + s + "\"");
+        bad("expected comma-separated integers, got \"" + shorten(s) + "\"");
       }
       out.push_back(v);
       begin = end + 1;
@@ -216,13 +226,13 @@ struct Range {
   double lo = -inf, hi = inf;
   bool lo_open = false, hi_open = false;
 
-  bool contains(double v) const {
-    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  bool contains(double v) const {  // never an infinity or a NaN, whatever the ends
+    return std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
   }
   std::string rule() const {
     if (hi == inf) {
-      if (lo == 0) return lo_open ? "must be positive" : "must be non-negative";
-      return (lo_open ? "must be greater than " : "must be at least ") + num(lo);
+      if (lo == 0) return lo_open ? "must be positive and finite" : "must be non-negative and finite";
+      return (lo_open ? "must be greater than " : "must be at least ") + num(lo) + " and finite";
     }
     return std::string("must be in ") + (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) +
            (hi_open ? ")" : "]");
@@ -231,6 +241,7 @@ struct Range {
 Range at_least(double lo) { return {lo, inf}; }
 Range positive() { return {0, inf, true}; }
 Range between(double lo, double hi) { return {lo, hi}; }                 // [lo, hi]
+Range positive_up_to(double hi) { return {0, hi, true, false}; }          // (0, hi]
 Range below_one() { return {0, 1, false, true}; }                        // [0, 1)
 Range probability() { return {0, 1, true, true}; }                       // (0, 1)
 struct NonEmpty {};  // a string that must not be ""
@@ -292,11 +303,11 @@ std::vector<ConfigField> make_table() {
             "(D-PSGD), ps-sync / ps-async (parameter servers), local-sgd (periodic model "
             "averages) or ad-psgd (asynchronous gossip)"),
       field(&C::data, "data", "--data", "prepared data folder", NonEmpty{}).per_peer(),
-      field(&C::hidden, "hidden", "--hidden", "hidden widths, e.g. 256,256", at_least(1)),
+      field(&C::hidden, "hidden", "--hidden", "hidden widths, e.g. 256,256", between(1, 1 << 20)),
       field(&C::activation, "activation", "--activation", "activation"),
-      field(&C::epochs, "epochs", "--epochs", "epochs", positive()),
+      field(&C::epochs, "epochs", "--epochs", "epochs", positive_up_to(1e6)),
       field(&C::batch_size, "batch_size", "--batch-size", "expected batch size (Poisson: q * n)",
-            at_least(1)),
+            between(1, 1e9)),
       field(&C::sampling, "sampling", "--sampling", "batch sampling"),
       field(&C::lr, "lr", "--lr", "learning rate", at_least(0)),
       field(&C::momentum, "momentum", "--momentum", "SGD momentum", below_one()),
@@ -328,17 +339,17 @@ std::vector<ConfigField> make_table() {
             NonEmpty{}),
       field(&C::topology_weights, "topology_weights", "--topology-weights", "gossip: weight rule"),
       field(&C::topology_degree, "topology_degree", "--topology-degree",
-            "random-regular: the degree (0: the generator's default)", at_least(0)),
+            "random-regular: the degree (0: the generator's default)", between(0, 65536)),
       field(&C::topology_seed, "topology_seed", "--topology-seed", "random-regular: the seed"),
       field(&C::topology_schedule, "topology_schedule", "--topology-schedule",
             "gossip: later graphs, e.g. epoch:5=exponential,step:300=ring"),
       field(&C::init, "init", "--init",
             "gossip: same (rank 0's model everywhere) or independent (seed + rank)"),
       field(&C::metrics_every, "metrics_every", "--metrics-every",
-            "gossip: consensus distance every K steps (0: off)", at_least(0)),
+            "gossip: consensus distance every K steps (0: off)", between(0, 1e9)),
       field(&C::metrics_eval_rows, "metrics_eval_rows", "--metrics-eval-rows",
             "gossip: test rows each K-step metrics line evaluates the models on (0: none)",
-            at_least(0)),
+            between(0, 1e9)),
       field(&C::servers, "servers", "--servers",
             "ps-sync / ps-async: ranks 0..K-1 each hold a contiguous shard of the parameters",
             between(1, 1024)),
@@ -352,7 +363,7 @@ std::vector<ConfigField> make_table() {
             "all-reduce buckets of this many bytes as the backward pass produces them",
             between(0, 1099511627776.0)),
       field(&C::timeout_s, "timeout_s", "--timeout-s", "timeout of every network wait, in seconds",
-            positive()),
+            positive_up_to(1e6)),
       field(&C::run_name, "run_name", "--run-name", "the run id of the metrics lines (\"\": generated)")
           .per_peer(),
       field(&C::metrics, "metrics", "--metrics", "JSON-lines metrics file to append to (\"\": none)")

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/core/bounds.h"
 #include "runtime/core/error.h"
 #include "runtime/core/json_io.h"
 
@@ -82,7 +83,7 @@ template <class E> E parse_enum(std::string_view s) {
   for (std::size_t i = 0; i < std::size(n); ++i) {
     if (n[i] == s) return static_cast<E>(i);
   }
-  fail(Code::invalid_argument, "expected " + enum_choices<E>() + ", got \"" + std::string(s) + "\"");
+  fail(Code::invalid_argument, "expected " + enum_choices<E>() + ", got \"" + shorten(s) + "\"");
 }
 
 // One later graph of a gossip run: `graph` from `at` epochs (or steps) on.

@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/core/bounds.h"
 #include "runtime/core/error.h"
 #include "runtime/data/io.h"
 #include "runtime/data/readers.h"
@@ -130,7 +131,11 @@ Dataset read_csv(const std::string& path, int label_column, int num_classes) {
   if (num_classes < 0) {
     fail(Code::invalid_argument, "num_classes must be >= 0, got " + std::to_string(num_classes));
   }
-  const std::vector<unsigned char> bytes = read_file_bytes(path);
+  // Parsed, every byte of text costs at most about 2 of features (a one-digit cell and its comma
+  // become a 4-byte float), so a quarter of the free memory bounds what is read.
+  const std::uint64_t limit = available_memory_bytes() / 4;
+  const std::vector<unsigned char> bytes =
+      read_file_bytes(path, limit, "that fit in a quarter of the available memory");
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 
   Dataset d;
@@ -146,6 +151,16 @@ Dataset read_csv(const std::string& path, int label_column, int num_classes) {
   }
   if (d.rows == 0) fail(Code::invalid_argument, path + ": empty file (no data rows)");
   d.num_classes = num_classes > 0 ? num_classes : parser.max_label() + 1;
+  // The number of classes sets the output layer's size: inferred from one large label, it would
+  // cost memory out of all proportion to the file. Past this many, the user says so.
+  if (num_classes == 0 && static_cast<std::size_t>(d.num_classes) > kMaxInferredClasses &&
+      static_cast<std::size_t>(d.num_classes) > d.rows) {
+    fail(Code::invalid_argument,
+         path + ": the largest label, " + std::to_string(parser.max_label()) + ", would make " +
+             std::to_string(d.num_classes) + " classes for " + std::to_string(d.rows) +
+             " rows; give --num-classes if that is meant (inferred counts stop at " +
+             std::to_string(kMaxInferredClasses) + " or the number of rows)");
+  }
   return d;
 }
 

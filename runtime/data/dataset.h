@@ -28,6 +28,10 @@ struct Prepared {
 // checksums and that the manifest holds exactly `world` shards; errors name the file.
 Prepared load_prepared(const std::string& dir, int rank, int world);
 
+// The most shards and classes prepare() writes (docs/LIMITS.md).
+inline constexpr int kMaxPreparePeers = 65536;
+inline constexpr int kMaxClasses = 1 << 20;
+
 struct PrepareOptions {
   std::string format = "idx";                                 // "idx" or "csv"
   std::string idx_dir = "/usr/share/datasets/fashion-mnist";  // idx: folder with the 4 files

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/bounds.h"
 #include "runtime/core/error.h"
 #include "runtime/data/io.h"
 #include "runtime/data/readers.h"
@@ -23,22 +24,25 @@ struct IdxFile {
 };
 
 // Reads an IDX file and checks its magic and that it holds exactly the bytes its header promises.
+// The header is read first; its product of dimensions is formed with checked arithmetic, and the
+// rest of the file is read only up to one byte past what that product promises.
 IdxFile read_idx_file(const std::string& path, std::uint32_t magic, const char* kind) {
   IdxFile f;
-  f.bytes = read_file_bytes(path);
-  const std::size_t size = f.bytes.size();
+  const std::size_t ndims = magic & 0xffu;
+  const std::size_t header_bytes = 4 + 4 * ndims;
+  const std::vector<unsigned char> head = read_file_prefix(path, header_bytes);
+  std::size_t size = head.size();
   if (size == 0) fail(Code::invalid_argument, path + ": empty file (expected IDX " + kind + ")");
   if (size < 4) {
     fail(Code::data_loss, path + ": truncated: " + std::to_string(size) +
                               " bytes, shorter than the 4-byte IDX magic");
   }
-  const std::uint32_t got = get_be32(f.bytes.data());
+  const std::uint32_t got = get_be32(head.data());
   if (got != magic) {
     fail(Code::invalid_argument,
          path + ": bad magic: expected " + hex32(magic) + " (IDX " + kind + "), got " + hex32(got));
   }
-  const std::size_t ndims = magic & 0xffu;
-  f.data_offset = 4 + 4 * ndims;
+  f.data_offset = header_bytes;
   if (size < f.data_offset) {
     fail(Code::data_loss, path + ": truncated: the IDX header needs " +
                               std::to_string(f.data_offset) + " bytes, the file has " +
@@ -47,22 +51,29 @@ IdxFile read_idx_file(const std::string& path, std::uint32_t magic, const char* 
   std::uint64_t expected = 1;
   std::string shape;
   for (std::size_t d = 0; d < ndims; ++d) {
-    const std::uint64_t dim = get_be32(f.bytes.data() + 4 + 4 * d);
+    const std::uint64_t dim = get_be32(head.data() + 4 + 4 * d);
     f.dims.push_back(dim);
-    expected *= dim;  // at most three 32-bit factors of which two are image sides: no overflow
     if (d > 0) shape += 'x';
     shape += std::to_string(dim);
   }
+  for (std::uint64_t dim : f.dims) {
+    const auto next = checked_mul(expected, dim);
+    if (!next) {
+      fail(Code::data_loss, path + ": the IDX dimensions " + shape +
+                                " overflow 64 bits: a corrupt or hostile header");
+    }
+    expected = *next;
+  }
+  const std::uint64_t total = sum_or_fail(expected, f.data_offset, path, "the IDX data size");
+  f.bytes = read_file_bytes(path, total,
+                            "that its IDX header (" + shape + ") promises: unexpected bytes "
+                            "after the data");
+  size = f.bytes.size();
   const std::uint64_t present = size - f.data_offset;
   if (present < expected) {
     fail(Code::data_loss, path + ": truncated: the header promises " + shape + " (" +
                               std::to_string(expected) + " bytes of data), only " +
                               std::to_string(present) + " are present");
-  }
-  if (present > expected) {
-    fail(Code::data_loss, path + ": " + std::to_string(present - expected) +
-                              " unexpected bytes after the " + shape +
-                              " data the header describes");
   }
   return f;
 }
@@ -101,7 +112,9 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path,
     }
     d.labels[i] = label;
   }
-  const std::size_t count = d.rows * d.cols;
+  const std::size_t count = d.rows * d.cols;  // at most the file's bytes: no overflow
+  require_memory(count * sizeof(float), images_path + ": the features of " + std::to_string(n) +
+                                            " images");
   d.features.resize(count);
   const unsigned char* pixels = images.bytes.data() + images.data_offset;
   constexpr float kScale = 1.0f / 255.0f;

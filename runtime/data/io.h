@@ -14,7 +14,15 @@ namespace dpg::data {
 
 // The whole (decompressed) content of a gzip or plain file. Throws not_found when the file is
 // missing or unreadable, data_loss when a gzip stream is corrupt or ends early.
-std::vector<unsigned char> read_file_bytes(const std::string& path);
+// At most `max_bytes` (decompressed) are read: the read stops one byte past them and a file that
+// holds (or inflates to) more throws data_loss "<path>: ... more than N bytes <limit_reason>".
+std::vector<unsigned char> read_file_bytes(const std::string& path,
+                                           std::uint64_t max_bytes = UINT64_MAX,
+                                           const std::string& limit_reason = "");
+
+// The first `n` (decompressed) bytes of a file, fewer when it is shorter: a header, read before
+// the header's sizes decide how much of the rest to read.
+std::vector<unsigned char> read_file_prefix(const std::string& path, std::size_t n);
 
 // zlib's CRC-32 of a byte range (any length).
 std::uint32_t crc32_of(std::span<const unsigned char> bytes);

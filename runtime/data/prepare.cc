@@ -101,10 +101,13 @@ void validate(const PrepareOptions& o) {
   if (o.format == "csv" && (o.train_csv.empty() || o.test_csv.empty())) {
     fail(Code::invalid_argument, "format csv needs both a train CSV and a test CSV file");
   }
-  if (o.peers < 1)
-    fail(Code::invalid_argument, "peers must be >= 1, got " + std::to_string(o.peers));
-  if (o.num_classes < 0) {
-    fail(Code::invalid_argument, "num_classes must be >= 0, got " + std::to_string(o.num_classes));
+  // A shard file and a manifest entry per peer; a histogram and an output unit per class.
+  if (o.peers < 1 || o.peers > kMaxPreparePeers)
+    fail(Code::invalid_argument, "peers must be in [1, " + std::to_string(kMaxPreparePeers) +
+                                     "], got " + std::to_string(o.peers));
+  if (o.num_classes < 0 || o.num_classes > kMaxClasses) {
+    fail(Code::invalid_argument, "num_classes must be in [0, " + std::to_string(kMaxClasses) +
+                                     "], got " + std::to_string(o.num_classes));
   }
   if (o.label_column < 0) {
     fail(Code::invalid_argument,

@@ -17,7 +17,9 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path,
 
 // A CSV file: one row per example, the label in column `label_column` (0-based), every other
 // column a numeric feature. A first row whose label cell is not a number is a header and skipped;
-// blank lines are skipped. num_classes 0: inferred as the largest label + 1.
+// blank lines are skipped. num_classes 0: inferred as the largest label + 1, refused when that
+// exceeds both kMaxInferredClasses and the number of rows (give num_classes then).
+inline constexpr std::size_t kMaxInferredClasses = 1024;
 Dataset read_csv(const std::string& path, int label_column, int num_classes);
 
 }  // namespace dpg::data

@@ -1,8 +1,10 @@
 #include "runtime/data/shard.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "runtime/core/bounds.h"
 #include "runtime/core/check.h"
 #include "runtime/core/error.h"
 #include "runtime/data/io.h"
@@ -77,8 +79,24 @@ std::vector<unsigned char> encode_shard(const Dataset& source,
 }
 
 Dataset read_shard(const std::string& path, const ShardExpectation& expect) {
+  // The manifest's rows and cols come from outside: their product is checked before it is used,
+  // and the file's size on disk is compared with it before a byte is read.
+  const std::string field = "the shard size from the manifest's rows x cols";
+  const std::uint64_t want = sum_or_fail(
+      sum_or_fail(kShardHeaderBytes, product_or_fail({expect.rows, expect.cols, sizeof(float)}, path, field),
+                  path, field),
+      product_or_fail({expect.rows, sizeof(std::int32_t)}, path, field), path, field);
+  {
+    std::error_code ec;
+    const auto on_disk = std::filesystem::file_size(path, ec);
+    if (!ec && on_disk != want) {
+      fail(Code::data_loss, path + ": " + std::to_string(on_disk) + " bytes, expected " +
+                                std::to_string(want) + " (" + std::to_string(expect.rows) +
+                                " rows x " + std::to_string(expect.cols) +
+                                " cols): " + (on_disk < want ? "truncated" : "corrupted"));
+    }
+  }
   const std::vector<unsigned char> bytes = read_plain_file(path);
-  const std::size_t want = shard_file_bytes(expect.rows, expect.cols);
   if (bytes.size() != want) {
     fail(Code::data_loss, path + ": " + std::to_string(bytes.size()) + " bytes, expected " +
                               std::to_string(want) + " (" + std::to_string(expect.rows) +

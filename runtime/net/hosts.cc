@@ -189,6 +189,9 @@ HostsFile parse_hosts(const Json& doc, const std::string& where) {
   if (!list.is_array() || list.empty())
     bad(where, "peers", "expected a non-empty array of {\"rank\", \"host\", \"port\"}, got " +
                             list.dump());
+  if (list.size() > static_cast<size_t>(kMaxWorld))
+    bad(where, "peers", std::to_string(list.size()) + " peers; a run has at most " +
+                            std::to_string(kMaxWorld));
   HostsFile h;
   h.source = where;
   std::vector<PeerAddress> in_order;

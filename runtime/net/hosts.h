@@ -17,6 +17,9 @@ struct PeerAddress {
   uint16_t port = 0;
 };
 
+// The most peers a hosts file may list (a world of more is refused before any is parsed).
+inline constexpr int kMaxWorld = 65536;
+
 struct HostsFile {
   std::vector<PeerAddress> peers;  // peers[r].rank == r, for every rank 0..world-1
   std::string secret;              // empty when absent

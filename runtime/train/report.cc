@@ -9,6 +9,9 @@ namespace {
 // Null for an infinite or undefined value (DP off), since JSON has neither.
 Json finite_or_null(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
 
+// Null for a throughput the run was too short to measure, never a made-up 0.
+Json timed_or_null(double v) { return v > 0 && std::isfinite(v) ? Json(v) : Json(nullptr); }
+
 void merge(Json& j, const Json& extra) {
   for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
 }
@@ -25,7 +28,8 @@ Json EpochReport::to_json() const {
             {"test_loss", test_loss},
             {"epsilon", finite_or_null(epsilon)},
             {"message_epsilon", finite_or_null(message_epsilon)},
-            {"samples_per_second", samples_per_second},
+            {"samples_per_second", timed_or_null(samples_per_second)},
+            {"dropped_examples", dropped_examples},
             {"lr", lr}};
   if (consensus_distance >= 0) {
     j["consensus_distance"] = consensus_distance;
@@ -71,7 +75,7 @@ Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) co
             {"sampling", to_string(c.sampling)},
             {"epochs", c.epochs},
             {"steps", steps},
-            {"samples_per_second", samples_per_second},
+            {"samples_per_second", timed_or_null(samples_per_second)},
             {"wall_s", wall_s},
             {"dropped_examples", dropped_examples},
             {"topology", to_string(c.algo)},
@@ -88,14 +92,27 @@ Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) co
   return j;
 }
 
+std::string throughput_text(double samples_per_second) {
+  if (!(samples_per_second > 0) || !std::isfinite(samples_per_second)) return "too short to time";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f samples/s", samples_per_second);
+  return buf;
+}
+
 std::string progress_line(const EpochReport& r, int total_epochs) {
-  char buf[256];
+  char buf[320];
   const std::string eps = std::isfinite(r.epsilon) ? std::to_string(r.epsilon).substr(0, 6) : "inf";
   std::snprintf(buf, sizeof buf,
-                "epoch %3d/%d  loss %.4f  train acc %.2f%%  test acc %.2f%%  eps %s  %.0f samples/s",
+                "epoch %3d/%d  loss %.4f  train acc %.2f%%  test acc %.2f%%  eps %s  %s",
                 r.epoch, total_epochs, r.loss, 100 * r.train_accuracy, 100 * r.test_accuracy,
-                eps.c_str(), r.samples_per_second);
-  return buf;
+                eps.c_str(), throughput_text(r.samples_per_second).c_str());
+  std::string line = buf;
+  // Said every epoch, not only in --json: a model fed non-finite values should not look healthy.
+  if (r.dropped_examples > 0) {
+    line += "  (" + std::to_string(r.dropped_examples) +
+            " examples dropped for a non-finite feature or gradient)";
+  }
+  return line;
 }
 
 }  // namespace dpg::train

@@ -22,7 +22,8 @@ struct EpochReport {
   double test_loss = 0;
   double epsilon = 0;            // the released model's, spent so far (infinite when DP is off)
   double message_epsilon = 0;    // one peer's messages', spent so far
-  double samples_per_second = 0; // training throughput, evaluation excluded
+  double samples_per_second = 0; // training throughput, evaluation excluded (0: too short to time)
+  long long dropped_examples = 0;  // this epoch's, for a non-finite feature or gradient
   double lr = 0;
   // When the replicas differ (replicas_differ()): their spread and each peer's own model on the
   // test split (consensus_distance < 0 and the lists empty otherwise).
@@ -64,6 +65,14 @@ struct TrainSummary {
   Json extra = Json::object();   // the algorithm's own fields
   Json to_json(const TrainConfig& config, const dp::PrivacyPlan& plan) const;
 };
+
+// Samples per second, or 0 when `seconds` is too short for the figure to mean anything.
+inline constexpr double kMinTimedSeconds = 1e-3;
+inline double throughput(double samples, double seconds) {
+  return seconds >= kMinTimedSeconds ? samples / seconds : 0.0;
+}
+// "1234 samples/s", or "too short to time" when throughput() gave 0.
+std::string throughput_text(double samples_per_second);
 
 // Prints a report as one human-readable progress line.
 std::string progress_line(const EpochReport& r, int total_epochs);

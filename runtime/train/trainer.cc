@@ -310,6 +310,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
         plan_.steps, static_cast<long long>(std::ceil(epoch / plan_.q - 1e-9)));
     const auto epoch_start = Clock::now();
     const long long epoch_begin = t;
+    const long long dropped_before = summary.dropped_examples;
     EpochTotals totals;
     for (; t < end; ++t) {
       if (step_hook_) step_hook_(t);
@@ -326,7 +327,8 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
                                                                   c.batch_size));
     EpochReport r = evaluate_epoch(s, epoch, t, totals);
     r.wall_s = seconds_since(start);
-    r.samples_per_second = train_seconds > 0 ? samples / train_seconds : 0.0;
+    r.samples_per_second = throughput(static_cast<double>(samples), train_seconds);
+    r.dropped_examples = summary.dropped_examples - dropped_before;
     if (tracer_ && std::isfinite(r.epsilon)) tracer_->counter("epsilon", r.epsilon);
     on_epoch(r);
     summary.test_accuracy = r.test_accuracy;
@@ -343,7 +345,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     summary.peer_epsilons = plan_.peer_epsilons_after(plan_.steps);
   }
   s.algorithm->annotate(summary.extra, plan_.steps, true);
-  summary.samples_per_second = train_seconds > 0 ? samples / train_seconds : 0.0;
+  summary.samples_per_second = throughput(static_cast<double>(samples), train_seconds);
   summary.wall_s = seconds_since(start);
   summary.accountant = s.accountant.to_json();
   return summary;

@@ -263,3 +263,23 @@ TEST_CASE("launch: describe_status") {
   CHECK(dpg::app::describe_status(3 << 8) == "exited with code 3");
   CHECK(dpg::app::describe_status(SIGKILL) == "killed by SIGKILL");
 }
+
+TEST_CASE("launch: a SIGINT during start-up starts no more peers and stops those started") {
+  std::vector<Child> children;
+  for (int i = 0; i < 6; ++i) children.push_back(sh(std::to_string(i), "exec sleep 60"));
+  SuperviseOptions o;
+  o.grace = std::chrono::milliseconds(2000);
+  std::vector<pid_t> started;
+  // The launcher is signalled right after the second peer starts, as a user's Ctrl-C would.
+  o.on_start = [&started](size_t i, pid_t pid) {
+    started.push_back(pid);
+    if (i == 1) ::kill(::getpid(), SIGINT);
+  };
+  const auto t0 = Clock::now();
+  const int rc = dpg::app::supervise(children, o);
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  CHECK(rc == 130);
+  CHECK(started.size() == 2);
+  CHECK(seconds < 2.0);
+  for (pid_t pid : started) CHECK(gone(pid));
+}

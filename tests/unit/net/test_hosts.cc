@@ -312,3 +312,12 @@ TEST_CASE("hosts: is_local_host") {
   CHECK_FALSE(dpg::net::is_local_host("no-such-host.invalid"));
   CHECK_FALSE(dpg::net::is_local_host("128.0.0.1"));
 }
+
+TEST_CASE("hosts: a world past kMaxWorld is refused before its peers are parsed") {
+  Json peers = Json::array();
+  for (int r = 0; r <= dpg::net::kMaxWorld; ++r)
+    peers.push_back({{"rank", r}, {"host", "10.0.0.1"}, {"port", 1024 + r % 60000}});
+  const std::string msg = parse_error(Json{{"peers", peers}});
+  CHECK(contains(msg, "hosts.json"));
+  CHECK(contains(msg, "at most 65536"));
+}

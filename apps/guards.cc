@@ -1,0 +1,114 @@
+#include "apps/guards.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <system_error>
+
+#include "runtime/core/error.h"
+
+namespace dpg::app {
+namespace {
+
+std::string& activity_text() {
+  static std::string text;
+  return text;
+}
+
+}  // namespace
+
+void set_activity(std::string what) { activity_text() = std::move(what); }
+const std::string& activity() { return activity_text(); }
+
+void check_output_path(const std::string& path, const std::string& flag) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::exists(parent, ec)) {
+    fs::create_directories(parent, ec);
+    if (ec) {
+      fail(Code::failed_precondition, flag + " " + path + ": cannot create the folder " +
+                                          parent.string() + ": " + ec.message());
+    }
+  }
+  if (!fs::is_directory(parent, ec)) {
+    fail(Code::failed_precondition,
+         flag + " " + path + ": " + parent.string() + " is not a folder");
+  }
+  if (fs::is_directory(p, ec)) fail(Code::failed_precondition, flag + " " + path + " is a folder");
+  if (::access(parent.c_str(), W_OK) != 0) {
+    fail(Code::failed_precondition,
+         flag + " " + path + ": the folder " + parent.string() + " is not writable");
+  }
+  if (fs::exists(p, ec) && ::access(p.c_str(), W_OK) != 0) {
+    fail(Code::failed_precondition, flag + " " + path + " is not writable");
+  }
+}
+
+void append_checked(const std::string& path, const std::string& text, const std::string& what) {
+  std::ofstream out(path, std::ios::app | std::ios::binary);
+  if (!out) fail(Code::failed_precondition, what + ": cannot append to " + path);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.flush();
+  if (!out) fail(Code::failed_precondition, what + ": write to " + path + " failed (disk full?)");
+  out.close();
+  if (!out) fail(Code::failed_precondition, what + ": closing " + path + " failed (disk full?)");
+}
+
+std::uint64_t estimate_train_bytes(const TrainConfig& c, std::uint64_t features, std::uint64_t classes,
+                                   std::uint64_t data_bytes, int world) {
+  // In doubles: a hostile size saturates instead of wrapping.
+  double params = 0, widths = 0;
+  double in = static_cast<double>(features);
+  for (int h : c.hidden) {
+    params += in * h + h;
+    widths += h;
+    in = h;
+  }
+  params += in * static_cast<double>(classes) + static_cast<double>(classes);
+  widths += static_cast<double>(classes) + static_cast<double>(features);
+  // Parameters, gradient, momentum, average, released model, scratch, the algorithm's buffers.
+  constexpr double kModelCopies = 8;
+  const double batch = std::ceil(c.batch_size / std::max(world, 1));
+  // Activations and their gradients per example, plus the per-example norms' workspace.
+  const double bytes = kModelCopies * params * sizeof(float) + 4 * batch * widths * sizeof(float) +
+                       static_cast<double>(data_bytes);
+  if (!(bytes < 1.8e19)) return std::numeric_limits<std::uint64_t>::max();
+  return static_cast<std::uint64_t>(bytes);
+}
+
+}  // namespace dpg::app
+
+#include "runtime/core/bounds.h"
+#include "runtime/data/dataset.h"
+
+namespace dpg::app {
+
+void check_train_outputs(const TrainConfig& c) {
+  check_output_path(c.metrics, "--metrics");
+  check_output_path(c.trace, "--trace");
+}
+
+void require_train_memory(const TrainConfig& c, const data::Prepared& d, int world) {
+  const std::uint64_t data_bytes =
+      (d.train.features.size() + d.test.features.size()) * sizeof(float) +
+      (d.train.labels.size() + d.test.labels.size()) * sizeof(std::int32_t);
+  const std::uint64_t need =
+      estimate_train_bytes(c, d.train.cols, static_cast<std::uint64_t>(d.train.num_classes),
+                           data_bytes, world);
+  std::string hidden;
+  for (int h : c.hidden) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
+  require_memory(need,
+                 "train: a model of hidden " + shorten(hidden) + " on " +
+                     std::to_string(d.train.cols) + " features and " +
+                     std::to_string(d.train.num_classes) + " classes, with a batch of " +
+                     std::to_string(static_cast<long long>(c.batch_size)),
+                 "lower --hidden or --batch-size");
+}
+
+}  // namespace dpg::app

@@ -1,0 +1,45 @@
+// Checks the subcommands make before they start work, so that a run fails at once with the
+// reason, not after an epoch or with a bare std::bad_alloc: what the command is doing (for the
+// one-line error main() prints), whether its output paths can be written, whether its model and
+// batch fit in memory. docs/LIMITS.md lists the limits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/core/train_config.h"
+
+namespace dpg::app {
+
+// What the running command is doing ("reading config.json", "training"), for main()'s message
+// when an exception escapes. A mutable global of the executable, never of a library.
+void set_activity(std::string what);
+const std::string& activity();
+
+// Fails (failed_precondition, naming `flag` and the path) unless `path` can be created or
+// appended to: its folder is created when missing and must be a writable folder. "" passes.
+void check_output_path(const std::string& path, const std::string& flag);
+
+// Appends `text` to `path` and flushes; any failure (full disk, a path that cannot be opened)
+// throws failed_precondition naming `what` and the path.
+void append_checked(const std::string& path, const std::string& text, const std::string& what);
+
+// The bytes a training process of this configuration needs, roughly: the model's parameters and
+// the copies the optimiser, the average and the exchange keep, a batch's activations and the
+// data. Saturates rather than overflowing.
+std::uint64_t estimate_train_bytes(const TrainConfig& c, std::uint64_t features, std::uint64_t classes,
+                                   std::uint64_t data_bytes, int world);
+
+}  // namespace dpg::app
+
+namespace dpg::data { struct Prepared; }
+
+namespace dpg::app {
+
+// The output paths of `dpgossip train` (--metrics, --trace), checked before anything starts.
+void check_train_outputs(const TrainConfig& c);
+
+// Refuses (with both figures) a model, batch and data that do not fit in the available memory.
+void require_train_memory(const TrainConfig& c, const data::Prepared& d, int world);
+
+}  // namespace dpg::app

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Every input bounded, every result honest (docs/LIMITS.md): hostile headers, a compressed file
+# that inflates past its header, a huge label, out-of-range flags, duplicate JSON keys, failing
+# writes, a model that cannot fit, and a launcher asked for thousands of local peers. Each must
+# end at once with a non-zero exit and a message naming the file or the flag.
+# Usage: test_bounds.sh path/to/dpgossip
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+exe="$1"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# expect_quick_error WANT CMD...: as expect_error, and within 5 s (hostile input must not make
+# dpgossip work for long); the command is killed past that.
+expect_quick_error() {
+  local want="$1"
+  shift
+  expect_error "$want" timeout -s KILL 5 "$@"
+}
+
+# ---- Sizes that come from outside: a 16-byte IDX header whose product wraps 64 bits ----------
+py '
+import gzip, struct, sys
+w = sys.argv[1]
+for d in ("wrap", "bomb"):
+    import os; os.makedirs(f"{w}/{d}", exist_ok=True)
+for s in ("train", "t10k"):
+    open(f"{w}/wrap/{s}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, 1 << 22, 1 << 21, 1 << 21))
+    open(f"{w}/wrap/{s}-labels-idx1-ubyte.gz", "wb").write(gzip.compress(struct.pack(">II", 0x801, 1 << 22) + bytes(1 << 22)))
+    # 1 image of 2x2 promised, 64 MiB of zeros behind it (about 64 KiB compressed).
+    open(f"{w}/bomb/{s}-images-idx3-ubyte.gz", "wb").write(gzip.compress(struct.pack(">IIII", 0x803, 1, 2, 2) + bytes(4 + (64 << 20))))
+    open(f"{w}/bomb/{s}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, 1) + bytes(1))
+rows = ["%d,0.5,0.25,0.125" % (i % 3) for i in range(200)]
+open(f"{w}/train.csv", "w").write("\n".join(rows) + "\n")
+open(f"{w}/test.csv", "w").write("\n".join(rows[:60]) + "\n")
+rows[7] = "2000000000,0.5,0.25,0.125"
+open(f"{w}/huge.csv", "w").write("\n".join(rows) + "\n")
+' "$work"
+expect_quick_error "train-images-idx3-ubyte: the IDX dimensions 4194304x2097152x2097152 overflow" \
+  "$exe" prepare --idx-dir "$work/wrap" --out "$work/out-wrap"
+[[ ! -e $work/out-wrap ]] || fail "a data set was written from a wrapped header"
+
+# ---- Memory bounded by what an input weighs: inflation stops one byte past the header --------
+expect_quick_error "train-images-idx3-ubyte.gz: holds (or inflates to) more than the 20 bytes" \
+  "$exe" prepare --idx-dir "$work/bomb" --out "$work/out-bomb"
+[[ ! -e $work/out-bomb ]] || fail "a data set was written from an over-long compressed file"
+expect_quick_error "huge.csv: the largest label, 2000000000, would make 2000000001 classes" \
+  "$exe" prepare --format csv --train-csv "$work/huge.csv" --test-csv "$work/test.csv" \
+  --out "$work/out-huge"
+expect_quick_error "num_classes must be in [0, 1048576]" \
+  "$exe" prepare --format csv --train-csv "$work/train.csv" --test-csv "$work/test.csv" \
+  --num-classes 2000000000 --out "$work/out-classes"
+
+# A small real data set for the training checks.
+"$exe" prepare --format csv --train-csv "$work/train.csv" --test-csv "$work/test.csv" \
+  --out "$work/tiny" >/dev/null
+plain=(train --data "$work/tiny" --noise-multiplier 1 --threads 1 --noise-seed 1)
+base=("${plain[@]}" --metrics "$work/metrics.jsonl")
+run=("${base[@]}" --epochs 1 --batch-size 20 --hidden 8)
+"$exe" "${run[@]}" --json >/dev/null || fail "the tiny run itself fails"
+
+# A model that cannot fit is refused with its estimate and what the machine has.
+expect_quick_error "needs about" "$exe" "${base[@]}" --epochs 1 --batch-size 20 --hidden 1048576,1048576
+expect_quick_error "this machine has" "$exe" "${base[@]}" --epochs 1 --batch-size 20 --hidden 1048576,1048576
+
+# ---- Numbers from the command line and config files -----------------------------------------
+expect_quick_error "/epochs: must be in (0, 1000000], got 1e+300" "$exe" "${base[@]}" --batch-size 20 --epochs 1e300
+expect_quick_error "/timeout_s: must be in (0, 1000000]" "$exe" "${run[@]}" --timeout-s 1e300
+expect_quick_error "/batch_size: must be in [1, 1000000000]" "$exe" "${base[@]}" --batch-size 1e30
+expect_quick_error "/topology_schedule" "$exe" "${run[@]}" --algo gossip --topology-schedule step:1e300=ring
+long=$(printf '9%.0s' {1..3000})
+err=$("$exe" "${base[@]}" --epochs "${long}x" 2>&1 >/dev/null || true)
+((${#err} < 300)) || fail "a 3000-character bad value is quoted whole: ${#err} characters"
+grep -qF -- "/epochs" <<<"$err" || fail "the error for a long --epochs does not name it: ${err:0:200}"
+expect_quick_error "--timeout-s: must be in (0, 1000000]" "$exe" bench allreduce --peers 2 --timeout-s 1e300
+expect_quick_error "--steps must be in [1, 1e15]" \
+  "$exe" privacy --sample-rate 0.01 --noise-multiplier 1 --steps 9000000000000000000 --delta 1e-5
+printf '{"epochs": 1, "hidden": [8], "epochs": 2}\n' >"$work/dup.json"
+expect_quick_error 'dup.json: the key "epochs" appears twice' "$exe" train --config "$work/dup.json"
+
+# ---- Writes: every failed write is a non-zero exit naming the path ---------------------------
+expect_quick_error "metrics: write to /dev/full failed" "$exe" "${plain[@]}" --epochs 1 --batch-size 20 --hidden 8 --metrics /dev/full
+rc=0
+"$exe" "${run[@]}" --json >/dev/full 2>"$work/stdout-full.err" || rc=$?
+[[ $rc != 0 ]] || fail "train --json >/dev/full exits 0"
+grep -qF "standard output" "$work/stdout-full.err" || fail "no word of the failed stdout: $(cat "$work/stdout-full.err")"
+# An output folder that cannot exist is refused before training starts, not after an epoch.
+touch "$work/a-file"
+err=$("$exe" "${plain[@]}" --epochs 1 --batch-size 20 --hidden 8 --metrics "$work/a-file/m.jsonl" 2>&1 >/dev/null) && fail "metrics under a file: exit 0"
+grep -qF -- "--metrics $work/a-file/m.jsonl" <<<"$err" || fail "metrics under a file: $err"
+! grep -q "epoch " <<<"$err" || fail "metrics under a file: training ran first: $err"
+
+# ---- The launcher: the --peers cap for hosts files, and a memory check before starting -------
+py '
+import json, sys
+json.dump({"peers": [{"rank": r, "host": "127.0.0.1", "port": 20000 + r} for r in range(3000)]},
+          open(sys.argv[1], "w"))
+' "$work/many.json"
+expect_quick_error "puts 3000 peers on this machine; at most 1024" \
+  "$exe" launch --hosts "$work/many.json" -- train --data "$work/tiny" --epochs 1
+expect_quick_error "this machine has 100000000 bytes" env DPGOSSIP_MEMORY_BYTES=100000000 \
+  "$exe" launch --peers 4 -- train --data "$work/tiny" --epochs 1
+
+finish test_bounds
