@@ -10,30 +10,30 @@
 #include <vector>
 
 #include "runtime/collective/communicator.h"
-#include "runtime/core/rng.h"
 #include "runtime/core/train_config.h"
 #include "runtime/data/dataset.h"
 #include "runtime/net/inproc/inproc_transport.h"
 #include "runtime/train/trainer.h"
+#include "tests/unit/train/blobs.h"
 
 namespace dpg::test {
 
-// Two Gaussian blobs per class in 8 dimensions: easy to learn, even with noise.
-inline data::Dataset blobs(std::size_t n, std::uint64_t seed) {
-  data::Dataset d;
-  d.rows = n;
-  d.cols = 8;
-  d.num_classes = 3;
-  Rng rng(seed);
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto label = static_cast<std::int32_t>(rng.below(3));
-    d.labels.push_back(label);
-    for (std::size_t j = 0; j < 8; ++j) {
-      const double centre = (static_cast<std::size_t>(label) == j % 3) ? 2.0 : 0.0;
-      d.features.push_back(static_cast<float>(centre + 0.5 * rng.normal()));
-    }
-  }
-  return d;
+// A small run for the algorithms' tests: the blobs, a 16-wide hidden layer, 3 epochs, a given
+// noise multiplier and a fixed noise seed (so two runs can be compared), no metrics.
+inline TrainConfig small_config(Algo algo) {
+  TrainConfig c;
+  c.algo = algo;
+  c.hidden = {16};
+  c.epochs = 3;
+  c.batch_size = 160;
+  c.lr = 1.0;
+  c.noise_multiplier = 0.8;
+  c.threads = 1;
+  c.noise_seed = 7;
+  c.ema_decay = 0;
+  c.metrics = "";
+  c.metrics_every = 0;
+  return c;
 }
 
 struct PeerResult {

@@ -23,21 +23,7 @@ namespace {
 using namespace dpg;
 using Clock = std::chrono::steady_clock;
 
-TrainConfig ad_config() {
-  TrainConfig c;
-  c.algo = Algo::ad_psgd;
-  c.hidden = {16};
-  c.epochs = 3;
-  c.batch_size = 160;
-  c.lr = 1.0;
-  c.noise_multiplier = 0.8;
-  c.threads = 1;
-  c.noise_seed = 7;
-  c.ema_decay = 0;
-  c.metrics = "";
-  c.metrics_every = 0;
-  return c;
-}
+TrainConfig ad_config() { return test::small_config(Algo::ad_psgd); }
 
 std::vector<train::GossipPhase> graph(const std::string& kind, int world) {
   topology::GraphSpec spec;

@@ -32,19 +32,12 @@ void fill(std::span<float> v) {
 }
 
 TrainConfig config(long long bucket_bytes) {
-  TrainConfig c;
-  c.algo = Algo::allreduce;
+  TrainConfig c = test::small_config(Algo::allreduce);
   c.hidden = {16, 16};  // layers of 144, 272 and 51 values
   c.epochs = 2;
-  c.batch_size = 160;
   c.lr = 0.5;
   c.momentum = 0.9;
-  c.noise_multiplier = 0.8;
-  c.threads = 1;
   c.noise_seed = 11;
-  c.ema_decay = 0;
-  c.metrics = "";
-  c.metrics_every = 0;
   c.bucket_bytes = bucket_bytes;
   return c;
 }

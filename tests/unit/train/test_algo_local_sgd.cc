@@ -14,19 +14,10 @@ namespace {
 using namespace dpg;
 
 TrainConfig config(const std::string& algo, double momentum) {
-  TrainConfig c;
-  c.algo = parse_enum<Algo>(algo);
-  c.hidden = {16};
-  c.epochs = 3;
-  c.batch_size = 160;
+  // The noise multiplier is given, so that both algorithms' plans use it as it is.
+  TrainConfig c = test::small_config(parse_enum<Algo>(algo));
   c.lr = 0.5;
   c.momentum = momentum;
-  c.noise_multiplier = 0.8;  // given, so that both algorithms' plans use it as it is
-  c.threads = 1;
-  c.noise_seed = 7;
-  c.ema_decay = 0;
-  c.metrics = "";
-  c.metrics_every = 0;
   return c;
 }
 

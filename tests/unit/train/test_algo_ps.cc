@@ -17,21 +17,7 @@ namespace {
 
 using namespace dpg;
 
-TrainConfig small_config(const std::string& algo) {
-  TrainConfig c;
-  c.algo = parse_enum<Algo>(algo);
-  c.hidden = {16};
-  c.epochs = 3;
-  c.batch_size = 160;
-  c.lr = 1.0;
-  c.noise_multiplier = 0.8;
-  c.threads = 1;
-  c.noise_seed = 7;
-  c.ema_decay = 0;
-  c.metrics = "";
-  c.metrics_every = 0;
-  return c;
-}
+TrainConfig small_config(const std::string& algo) { return test::small_config(parse_enum<Algo>(algo)); }
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include "runtime/train/sampler.h"
 #include "runtime/train/trainer.h"
 #include "dp/accountant.h"
+#include "tests/unit/train/blobs.h"
 
 namespace {
 
@@ -23,23 +24,7 @@ std::string error_of(const dpg::Json& j) {
   return "";
 }
 
-// Two Gaussian blobs per class in 8 dimensions: easy to learn, even with noise.
-dpg::data::Dataset blobs(std::size_t n, std::uint64_t seed) {
-  dpg::data::Dataset d;
-  d.rows = n;
-  d.cols = 8;
-  d.num_classes = 3;
-  dpg::Rng rng(seed);
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto label = static_cast<std::int32_t>(rng.below(3));
-    d.labels.push_back(label);
-    for (std::size_t j = 0; j < 8; ++j) {
-      const double centre = (static_cast<std::size_t>(label) == j % 3) ? 2.0 : 0.0;
-      d.features.push_back(static_cast<float>(centre + 0.5 * rng.normal()));
-    }
-  }
-  return d;
-}
+using dpg::test::blobs;
 
 dpg::TrainConfig small_config() {
   dpg::TrainConfig c;
