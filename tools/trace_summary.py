@@ -5,8 +5,12 @@
 
 Per peer (pid) and overall:
   communication  the length of the union of the "comm" spans (send and recv, each from its post to
-                 the return of its wait): the time some transfer was in flight;
-  exposed        the length of the union of the "wait" spans: the time the peer was blocked on one;
+                 the return of its wait) of the step's own threads (the training thread and the
+                 bucketed all-reduce's "comm" thread; unnamed threads count too): the time some
+                 transfer of the step was in flight;
+  exposed        the length of the union of the "wait" spans of the training thread: the time it
+                 was blocked on communication (service threads, "server" and "responder", wait
+                 for other peers' requests; that is not this peer's training blocked);
   hidden share   1 - exposed / communication: the part of the communication time that overlapped
                  with something other than waiting (compute, or posting more work);
                  both leave out the time inside "eval" spans (evaluation's and the consensus
@@ -23,6 +27,10 @@ import sys
 from collections import defaultdict
 
 COMM, WAIT, EVAL = "comm", "wait", "eval"
+# Threads whose messages are the training step's own: the training thread and the communication
+# thread of the bucketed all-reduce. A service thread ("server", "responder") waits for other
+# peers' requests on their behalf; its time is not this peer's communication.
+STEP_THREADS = ("training", "comm")
 
 
 def union_length(intervals):
@@ -71,6 +79,14 @@ def load_events(path):
 def summarise(events):
     names = {}
     comm, wait, evals = defaultdict(list), defaultdict(list), defaultdict(list)
+    thread_names = {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            thread_names[(e.get("pid"), e.get("tid"))] = e.get("args", {}).get("name", "")
+
+    def role(e):
+        """What a thread does: the step's own thread, a service thread, or unknown (unnamed)."""
+        return thread_names.get((e.get("pid"), e.get("tid")), "")
     compute = defaultdict(lambda: defaultdict(float))
     extent = {}
     for e in events:
@@ -84,10 +100,14 @@ def summarise(events):
         lo, hi = extent.get(pid, (b, end))
         extent[pid] = (min(lo, b), max(hi, end))
         cat = e.get("cat", "")
+        named = role(e)
         if cat == COMM:
-            comm[pid].append((b, end))
+            if named in STEP_THREADS or not named:
+                comm[pid].append((b, end))
         elif cat == WAIT:
-            wait[pid].append((b, end))
+            # Exposed: only where the training thread itself was blocked.
+            if named == "training" or not named:
+                wait[pid].append((b, end))
         else:
             compute[pid][e["name"]] += end - b
             if cat == EVAL:

@@ -164,7 +164,8 @@ class AdPsgdAlgorithm final : public Algorithm {
         num_params_(s.num_params),
         chunks_((s.num_params + kChunkFloats - 1) / kChunkFloats),
         metrics_every_(s.config.metrics_every),
-        rng_(s.config.seed, stream_for(stream::kPairing, static_cast<std::uint64_t>(rank_))) {
+        rng_(s.config.seed, stream_for(stream::kPairing, static_cast<std::uint64_t>(rank_))),
+        tracer_(s.tracer) {
     const auto colour = ad_psgd_roles(s.phases, rank_);
     if (static_cast<int>(colour.size()) != comm_.world()) {
       fail(Code::invalid_argument, prefix(rank_) + "the graph \"" + label_ + "\" has " +
@@ -364,6 +365,7 @@ class AdPsgdAlgorithm final : public Algorithm {
 
   // The responder to active neighbour k: answers its requests until `done` or a failure.
   void respond(std::size_t k) {
+    if (tracer_) tracer_->name_thread("responder");
     const int peer = neighbours_[k];
     uint64_t round = 0;
     try {
@@ -465,6 +467,7 @@ class AdPsgdAlgorithm final : public Algorithm {
   std::condition_variable progress_;
   std::vector<float> pending_;
   std::vector<std::vector<float>> inbox_, replies_;  // per active neighbour
+  trace::Tracer* tracer_;
   std::vector<std::thread> responders_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};

@@ -22,7 +22,8 @@ class AllReduce final : public Algorithm {
  public:
   explicit AllReduce(const AlgoSetup& s) : comm_(*s.comm), mechanism_(s.mechanism) {
     if (s.config.bucket_bytes > 0) {
-      buckets_.emplace(*s.comm, s.mechanism, static_cast<std::size_t>(s.config.bucket_bytes));
+      buckets_.emplace(*s.comm, s.mechanism, static_cast<std::size_t>(s.config.bucket_bytes),
+                       s.tracer);
     }
   }
 

@@ -94,7 +94,8 @@ class PsAsync final : public Algorithm {
         world_(s.comm->world()),
         steps_(s.plan.steps),
         peer_sigma_(s.config.dp ? s.plan.peer_sigma : 0.0),
-        per_step_(static_cast<std::size_t>(s.plan.steps)) {
+        per_step_(static_cast<std::size_t>(s.plan.steps)),
+        tracer_(s.tracer) {
     // A worker's buffers: one message per server, header then shard.
     for (int k = 0; k < servers_; ++k) {
       const auto [b, e] = shard_range(num_params_, servers_, k);
@@ -333,6 +334,7 @@ class PsAsync final : public Algorithm {
 
   // A server thread: worker w's pushes, one step at a time, until its done.
   void serve_worker(int w) {
+    if (tracer_) tracer_->name_thread("server");
     const auto [b, e] = shard_range(num_params_, servers_, rank_);
     std::vector<float> in(kHeaderFloats + (e - b)), out(kHeaderFloats + (e - b));
     try {
@@ -442,6 +444,7 @@ class PsAsync final : public Algorithm {
   bool started_ = false, stopping_ = false, failed_ = false;
   Code failure_code_ = Code::internal;
   std::string failure_;
+  trace::Tracer* tracer_;
   std::vector<std::thread> threads_;
 };
 

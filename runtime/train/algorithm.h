@@ -30,6 +30,7 @@
 #include "dp/privacy_plan.h"
 #include "runtime/collective/communicator.h"
 #include "runtime/core/json_io.h"
+#include "runtime/core/trace.h"
 #include "runtime/core/train_config.h"
 #include "runtime/train/gossip.h"
 #include "runtime/train/optimizer.h"
@@ -45,6 +46,10 @@ struct AlgoSetup {
   std::size_t num_params;
   const std::vector<GossipPhase>& phases;   // the graphs of the run (graph-based algorithms)
   double steps_per_epoch;                   // 1 / q
+  // The run's timeline (null or off: none). Threads an algorithm starts name their tracks
+  // ("server", "responder", "comm"), so that a trace tells the training thread's own waits
+  // from a service thread's.
+  trace::Tracer* tracer = nullptr;
 };
 
 class Algorithm {

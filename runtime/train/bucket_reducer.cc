@@ -17,10 +17,11 @@ collective::Options in_space_one(collective::Options o) {
 }  // namespace
 
 BucketReducer::BucketReducer(collective::Communicator& main, dp::GaussianMechanism& mechanism,
-                             std::size_t bucket_bytes)
+                             std::size_t bucket_bytes, trace::Tracer* tracer)
     : comm_(main.transport(), in_space_one(main.options())),
       mechanism_(mechanism),
-      bucket_values_(std::max<std::size_t>(1, bucket_bytes / sizeof(float))) {
+      bucket_values_(std::max<std::size_t>(1, bucket_bytes / sizeof(float))),
+      tracer_(tracer) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -76,6 +77,7 @@ void BucketReducer::wait() {
   // Each bucket's waits have the transport's deadline (twice it when a peer is alive but itself
   // waiting); a bucket that takes longer than that means the thread is stuck.
   const auto patience = 2 * comm_.transport().timeout() + std::chrono::seconds(1);
+  trace::Span blocked(tracer_, "wait", "wait");
   std::unique_lock lock(mu_);
   long long seen = done_;
   while (done_ < submitted_ && !error_) {
@@ -97,6 +99,7 @@ long long BucketReducer::buckets() const {
 }
 
 void BucketReducer::run() {
+  if (tracer_) tracer_->name_thread("comm");
   for (;;) {
     std::optional<dp::PrivateGradient> bucket;
     {

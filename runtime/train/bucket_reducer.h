@@ -30,14 +30,17 @@
 
 #include "dp/mechanism.h"
 #include "runtime/collective/communicator.h"
+#include "runtime/core/trace.h"
 
 namespace dpg::train {
 
 class BucketReducer {
  public:
   // `main` is the training thread's communicator (its transport and options are shared).
+  // `tracer` (optional): the thread's track is "comm", and wait() records the training thread's
+  // blocked time as a wait span.
   BucketReducer(collective::Communicator& main, dp::GaussianMechanism& mechanism,
-                std::size_t bucket_bytes);
+                std::size_t bucket_bytes, trace::Tracer* tracer = nullptr);
   ~BucketReducer();
   BucketReducer(const BucketReducer&) = delete;
   BucketReducer& operator=(const BucketReducer&) = delete;
@@ -70,6 +73,7 @@ class BucketReducer {
   long long submitted_ = 0, done_ = 0;
   std::exception_ptr error_;
   bool stop_ = false;
+  trace::Tracer* tracer_;
   std::thread thread_;
 };
 

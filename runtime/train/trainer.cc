@@ -280,7 +280,8 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
                                 .mechanism = s.mechanism,
                                 .num_params = s.model.num_params(),
                                 .phases = phases_,
-                                .steps_per_epoch = 1.0 / plan_.q});
+                                .steps_per_epoch = 1.0 / plan_.q,
+                                .tracer = tracer_});
   log_start(s);
   const bool differ = s.algorithm->replicas_differ() && comm_ != nullptr;
   TrainSummary summary;

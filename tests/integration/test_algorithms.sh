@@ -19,7 +19,7 @@ run() {  # run NAME TRAIN-FLAGS...: a 4-peer run; its summary in $work/NAME.json
 
 run allreduce --algo allreduce
 run bucketed --algo allreduce --bucket-bytes 65536
-run gossip --algo gossip --topology ring
+run gossip --algo gossip --topology ring --trace "$work/gossip-trace.json"
 run ps-sync --algo ps-sync --servers 2
 run ps-async --algo ps-async --servers 2 --max-staleness 4
 run local-sgd --algo local-sgd --local-steps 4
@@ -60,4 +60,24 @@ for name, s in runs.items():
     assert epochs and epochs[-1]["epsilon"] == s["epsilon"], (name, epochs[-1:], s["epsilon"])
     assert epochs[-1]["message_epsilon"] == s["message_epsilon"], name
 ' "$work"
+# The gossip run's timeline: one process per peer, every step's spans, and headless Chromium
+# loads it as a trace.
+py '
+import json, sys
+t = json.load(open(sys.argv[1]))["traceEvents"]
+pids = sorted({e["pid"] for e in t})
+assert pids == [0, 1, 2, 3], pids
+names = {e["name"] for e in t}
+for want in ["sample", "forward_backward", "clip", "noise", "update", "send", "recv", "wait", "eval",
+             "epsilon"]:
+    assert want in names, (want, sorted(names))
+eps = [e["args"]["epsilon"] for e in t if e["name"] == "epsilon" and e["pid"] == 0]
+assert len(eps) == 40 and abs(eps[-1] - 3.0) < 1e-3, eps[-3:]
+' "$work/gossip-trace.json"
+ls "$work"/gossip-trace.json.rank* 2>/dev/null && fail "the part files were left behind"
+rc=0
+bash "$(dirname "${BASH_SOURCE[0]}")/check_trace.sh" "$work/gossip-trace.json" || rc=$?
+[[ $rc == 0 ]] || fail "headless Chromium did not load the 4-peer trace (exit $rc)"
+"$(dirname "${BASH_SOURCE[0]}")/../../tools/trace_summary.py" "$work/gossip-trace.json"
+
 finish algorithms
