@@ -249,7 +249,12 @@ class AdPsgdAlgorithm final : public Algorithm {
   void annotate(Json& line, long long, bool summary) const override {
     line["topology"] = label_;
     line["pairings"] = pairings_.load(std::memory_order_relaxed);
-    if (summary) line["role"] = active_ ? "active" : "passive";
+    if (summary) {
+      line["role"] = active_ ? "active" : "passive";
+      // Pairwise averaging at random times mixes by no fixed matrix: no rho, no spectral gap.
+      line["rho"] = nullptr;
+      line["spectral_gap"] = nullptr;
+    }
   }
 
  private:
