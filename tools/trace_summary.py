@@ -7,7 +7,7 @@ Per peer (pid) and overall:
   communication  the length of the union of the "comm" spans (send and recv, each from its post to
                  the return of its wait) of the step's own threads (the training thread and the
                  bucketed all-reduce's "comm" thread; unnamed threads count too): the time some
-                 transfer of the step was in flight;
+                 transfer of the step was in flight, or the training thread waited for one;
   exposed        the length of the union of the "wait" spans of the training thread: the time it
                  was blocked on communication (service threads, "server" and "responder", wait
                  for other peers' requests; that is not this peer's training blocked);
@@ -121,7 +121,9 @@ def summarise(events):
     total_compute = defaultdict(float)
     for pid in sorted(set(extent) | set(names), key=lambda p: (p is None, p)):
         # Evaluation's collectives are metrics, not training: left out of both.
-        c = union_length(subtract(comm[pid], evals[pid])) / 1000.0
+        # A wait is time spent on communication too (the bucket thread's reductions between its
+        # transfers sit in no transfer span), so the communication time covers the waits.
+        c = union_length(subtract(comm[pid] + wait[pid], evals[pid])) / 1000.0
         x = union_length(subtract(wait[pid], evals[pid])) / 1000.0
         lo, hi = extent.get(pid, (0.0, 0.0))
         peers.append({
