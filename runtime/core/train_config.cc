@@ -354,7 +354,7 @@ std::vector<ConfigField> make_table() {
             "ps-sync / ps-async: ranks 0..K-1 each hold a contiguous shard of the parameters",
             between(1, 1024)),
       field(&C::max_staleness, "max_staleness", "--max-staleness",
-            "ps-async: a worker more than K versions behind blocks until it pulls",
+            "ps-async: a worker more than K steps ahead of the slowest waits for its reply",
             between(0, 1e6)),
       field(&C::local_steps, "local_steps", "--local-steps",
             "local-sgd: local DP steps between model averages", between(1, 1e6)),

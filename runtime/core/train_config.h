@@ -145,7 +145,7 @@ struct TrainConfig {
   double timeout_s = 60;                     // every network wait, and the connection set-up
   std::string metrics = "runs/metrics.jsonl";  // JSON-lines file, appended ("" = none)
   int servers = 1;             // ps-sync / ps-async: ranks 0..servers-1 each hold a shard
-  int max_staleness = 4;       // ps-async: a worker this many versions behind blocks to pull
+  int max_staleness = 4;       // ps-async: how far ahead of the slowest worker one may run
   int local_steps = 4;         // local-sgd: local DP steps between model averages
   long long bucket_bytes = 0;  // allreduce: 0 = one all-reduce after backward; else buckets
   std::string trace;           // Chrome trace file to write ("" = none)
