@@ -1,7 +1,6 @@
 // dpgossip train: config from a JSON file, every field overridable by a flag; prepares
-// Fashion-MNIST first when the data folder has no manifest yet. With --algo allreduce, gossip or
-// ad-psgd and a hosts file it is one peer of a run over TCP; rank 0 reports and writes the
-// metrics.
+// Fashion-MNIST first when the data folder has no manifest yet. With any --algo but single and a
+// hosts file it is one peer of a run over TCP; rank 0 reports and writes the metrics.
 #include <ctime>
 #include <optional>
 #include <filesystem>

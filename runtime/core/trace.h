@@ -79,10 +79,15 @@ class Tracer {
     if (!on()) return;
     record(Event{name, nullptr, 'C', Clock::now(), {}, value, Args{}});
   }
-  // Names the calling thread's track (ph "M" thread_name), e.g. "server", "comm".
-  void name_thread(const char* name) {
+  // Names the calling thread's track (ph "M" thread_name), e.g. "server", "comm". Never throws,
+  // so a thread may call it first thing: a write that fails in the flush it triggers is kept,
+  // and close() (or the next recording call) reports it.
+  void name_thread(const char* name) noexcept {
     if (!on()) return;
-    record(Event{name, nullptr, 'M', {}, {}, 0.0, Args{}});
+    try {
+      record(Event{name, nullptr, 'M', {}, {}, 0.0, Args{}});
+    } catch (...) {
+    }
   }
 
   // The calling thread's small number (1, 2, ... in the order threads first record), the tid.

@@ -70,7 +70,8 @@
 namespace dpg::train {
 namespace {
 
-// Op ids 1-4 belong to the collectives (runtime/collective/neighbour.h and friends).
+// Op ids 1-3 belong to the collectives, 4 to gossip (runtime/collective/neighbour.h), 5-6 to the
+// parameter servers (ps.h).
 constexpr uint32_t kOpAdPsgd = 7;
 constexpr uint32_t kHeaderChunk = 0;
 constexpr uint32_t kModelChunk = 1;             // request pieces: kModelChunk + k

@@ -8,8 +8,8 @@
 
 namespace dpg::train {
 
-// Tag ops of the parameter server (the collectives use 1-4): a worker's gradient shard going to
-// a server, and the updated shard coming back.
+// Tag ops of the parameter server (1-3: the collectives, 4: gossip, 7: ad-psgd): a worker's
+// gradient shard going to a server, and the updated shard coming back.
 inline constexpr std::uint32_t kOpPsPush = 5;
 inline constexpr std::uint32_t kOpPsPull = 6;
 

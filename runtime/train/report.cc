@@ -79,8 +79,10 @@ Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) co
             {"wall_s", wall_s},
             {"dropped_examples", dropped_examples},
             {"topology", to_string(c.algo)},
-            {"rho", 0.0},
-            {"spectral_gap", 1.0},
+            // A summed algorithm averages exactly every step (rho 0, gap 1); the others say
+            // their own (gossip) or have none.
+            {"rho", plan.release == dp::Release::summed ? Json(0.0) : Json(nullptr)},
+            {"spectral_gap", plan.release == dp::Release::summed ? Json(1.0) : Json(nullptr)},
             {"accountant", accountant},
             {"config", dpg::to_json(c)}};
   if (!peer_epsilons.empty()) j["peer_epsilons"] = peer_epsilons;

@@ -99,6 +99,12 @@ Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicat
       phases_(std::move(phases)),
       tracer_(tracer) {
   validate(config_);
+  if (config_.init == Init::independent && !algo_info(config_.algo).uses_graph) {
+    // The other algorithms keep one model (or average to one): peers starting apart would
+    // evaluate and report a mixture of different models.
+    fail(Code::invalid_argument, "/init: independent needs a graph algorithm (gossip or "
+                                 "ad-psgd), not " + to_string(config_.algo));
+  }
   if (data_.train.rows == 0) {
     fail(Code::invalid_argument,
          "train: rank " + std::to_string(rank()) + "'s training shard is empty");
@@ -136,7 +142,7 @@ std::span<const float> Trainer::params() const {
   return state_ ? std::span<const float>(state_->model.params()) : std::span<const float>();
 }
 
-void Trainer::log_start(const RunState& s) const {
+void Trainer::log_start() const {
   const TrainConfig& c = config_;
   DPG_INFO("train: rank " << rank() << " of " << world() << ", " << to_string(c.algo) << ", "
                           << data_.train.rows << " examples here (" << total_rows_
@@ -151,7 +157,6 @@ void Trainer::log_start(const RunState& s) const {
   if (c.dp && c.sampling != Sampling::poisson) {
     DPG_WARN("train: sampling is 'shuffle'; the reported epsilon assumes Poisson sampling");
   }
-  (void)s;
 }
 
 void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& summary) const {
@@ -282,7 +287,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
                                 .phases = phases_,
                                 .steps_per_epoch = 1.0 / plan_.q,
                                 .tracer = tracer_});
-  log_start(s);
+  log_start();
   const bool differ = s.algorithm->replicas_differ() && comm_ != nullptr;
   TrainSummary summary;
   summary.peers = world();
@@ -307,8 +312,11 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
   report_consensus(0);
   metrics_seconds = 0;  // before the first epoch's clock starts: not to be taken off its time
   for (int epoch = 1; epoch <= epochs; ++epoch) {
-    const long long end = std::min<long long>(
-        plan_.steps, static_cast<long long>(std::ceil(epoch / plan_.q - 1e-9)));
+    // The last epoch ends at the plan's step count, whatever the rounding of epoch / q.
+    const long long end =
+        epoch == epochs ? plan_.steps
+                        : std::min<long long>(plan_.steps,
+                                              static_cast<long long>(std::ceil(epoch / plan_.q - 1e-9)));
     const auto epoch_start = Clock::now();
     const long long epoch_begin = t;
     const long long dropped_before = summary.dropped_examples;

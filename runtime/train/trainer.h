@@ -61,7 +61,7 @@ class Trainer {
   EpochReport evaluate_epoch(RunState& s, int epoch, long long t, const EpochTotals& totals) const;
   // The spread of the peers' models, and with `eval` the models on metrics_eval_rows test rows.
   ConsensusReport consensus(RunState& s, long long round, bool eval) const;
-  void log_start(const RunState& s) const;
+  void log_start() const;
 
   TrainConfig config_;
   data::Prepared data_;
