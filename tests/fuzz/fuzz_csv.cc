@@ -1,0 +1,15 @@
+// The CSV reader. Input: byte 0 sets the label column (0..3) and, in its upper bits, num_classes
+// (0 = inferred, else 1..63); the rest is the file, written to a scratch file (read_csv takes a
+// path).
+#include <cstdint>
+
+#include "runtime/data/readers.h"
+#include "tests/fuzz/fuzz_util.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  const int label_column = data[0] & 3;
+  const int num_classes = data[0] >> 2;
+  const std::string path = dpg::fuzz::write_scratch("data.csv", data + 1, size - 1);
+  return dpg::fuzz::run([&] { (void)dpg::data::read_csv(path, label_column, num_classes); });
+}
