@@ -47,7 +47,9 @@ Json parse_json_text(std::string_view text, const std::string& where) {
   Json j;
   try {
     j = Json::parse(text.begin(), text.end(), check);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
+    // parse_error for bad syntax, and out_of_range (406) for a number too large for a double
+    // ("1e400"): both are the file's fault, not a bug here.
     fail(Code::invalid_argument, where + ": not valid JSON: " + e.what());
   }
   if (!duplicate.empty()) {
