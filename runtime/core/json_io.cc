@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <set>
 #include <vector>
@@ -16,8 +17,13 @@
 namespace dpg {
 
 Json read_json_file(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) fail(Code::not_found, path + ": cannot open file");
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return parse_json_text(text, path);
+}
+
+Json parse_json_text(std::string_view text, const std::string& where) {
   // nlohmann keeps the last of two equal keys silently; a config or hosts file that says one
   // thing twice is more likely a mistake than a wish, so the parse refuses it.
   std::vector<std::set<std::string>> keys;  // of each object being parsed
@@ -40,13 +46,15 @@ Json read_json_file(const std::string& path) {
   };
   Json j;
   try {
-    j = Json::parse(in, check);
-  } catch (const Json::parse_error& e) {
-    fail(Code::invalid_argument, path + ": not valid JSON: " + e.what());
+    j = Json::parse(text.begin(), text.end(), check);
+  } catch (const Json::exception& e) {
+    // parse_error for bad syntax, and out_of_range (406) for a number too large for a double
+    // ("1e400"): both are the file's fault, not a bug here.
+    fail(Code::invalid_argument, where + ": not valid JSON: " + e.what());
   }
   if (!duplicate.empty()) {
     fail(Code::invalid_argument,
-         path + ": the key \"" + shorten(duplicate) + "\" appears twice in one object");
+         where + ": the key \"" + shorten(duplicate) + "\" appears twice in one object");
   }
   return j;
 }

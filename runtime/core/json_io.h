@@ -13,6 +13,9 @@ using Json = nlohmann::json;
 
 // Parses a JSON file; throws Error(not_found / invalid_argument) naming the file on failure.
 Json read_json_file(const std::string& path);
+// Parses JSON text with the same checks as read_json_file (which reads the file and calls this):
+// errors (invalid_argument) start with `where`; the same key twice in one object is refused.
+Json parse_json_text(std::string_view text, const std::string& where);
 
 // Writes bytes to `path` through a temporary file in the same folder and a rename.
 void write_file_atomic(const std::string& path, std::string_view bytes);

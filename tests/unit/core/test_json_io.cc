@@ -54,3 +54,43 @@ TEST_CASE("json_io: atomic write replaces the file and leaves no temporary behin
                   dpg::Error);
   fs::remove_all(dir);
 }
+
+TEST_CASE("json_io: parse_json_text has read_json_file's checks") {
+  CHECK(dpg::parse_json_text("{\"a\": [1, {\"b\": 2}]}", "t")["a"][1]["b"] == 2);
+  try {
+    dpg::parse_json_text("{\"a\": 1, \"a\": 2}", "t.json");
+    FAIL("expected an error");
+  } catch (const dpg::Error& e) {
+    CHECK(e.code() == dpg::Code::invalid_argument);
+    CHECK(std::string(e.what()).find("t.json: the key \"a\" appears twice") != std::string::npos);
+  }
+  // The same key in two different objects is fine.
+  CHECK_NOTHROW(dpg::parse_json_text("{\"a\": {\"x\": 1}, \"b\": {\"x\": 2}}", "t"));
+  try {
+    dpg::parse_json_text("{\"a\": 1,", "t.json");
+    FAIL("expected an error");
+  } catch (const dpg::Error& e) {
+    CHECK(std::string(e.what()).find("t.json: not valid JSON") != std::string::npos);
+  }
+}
+
+TEST_CASE("json_io: a number too large for a double is invalid_argument naming the file") {
+  // Found by tests/fuzz/fuzz_train_config: nlohmann throws out_of_range (406), not parse_error,
+  // and it escaped read_json_file as an exception that names no file.
+  for (const char* text : {"{\"epochs\": 1e400}", "[-1e999]", "88888884E44444444"}) {
+    CAPTURE(text);
+    try {
+      dpg::parse_json_text(text, "cfg.json");
+      FAIL("expected an error");
+    } catch (const dpg::Error& e) {
+      CHECK(e.code() == dpg::Code::invalid_argument);
+      CHECK(std::string(e.what()).find("cfg.json: not valid JSON") != std::string::npos);
+    }
+  }
+  const fs::path dir = fs::temp_directory_path() / "dpg_test_json_overflow";
+  fs::create_directories(dir);
+  const std::string path = (dir / "big.json").string();
+  { std::ofstream(path) << "{\"lr\": 1e400}"; }
+  CHECK_THROWS_AS(dpg::read_json_file(path), dpg::Error);
+  fs::remove_all(dir);
+}
