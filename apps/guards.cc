@@ -102,7 +102,10 @@ void require_train_memory(const TrainConfig& c, const data::Prepared& d, int wor
       estimate_train_bytes(c, d.train.cols, static_cast<std::uint64_t>(d.train.num_classes),
                            data_bytes, world);
   std::string hidden;
-  for (int h : c.hidden) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
+  for (int h : c.hidden) {
+    if (!hidden.empty()) hidden += ',';
+    hidden += std::to_string(h);
+  }
   require_memory(need,
                  "train: a model of hidden " + shorten(hidden) + " on " +
                      std::to_string(d.train.cols) + " features and " +
