@@ -36,7 +36,7 @@ void peer(dpg::net::Transport& inner, const std::string& dir, std::exception_ptr
     const int r = inner.rank();
     Tracer tracer;
     tracer.open(dir + "/trace.rank" + std::to_string(r) + ".json", r, "rank " + std::to_string(r));
-    tracer.name_thread("train");
+    tracer.name_thread("training");  // the name trace_summary reads as the step's own thread
     dpg::net::TracingTransport t(inner, tracer);
     std::vector<std::byte> out(1 << 16), in(1 << 16);
     double epsilon = 0.0;
