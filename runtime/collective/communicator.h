@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "runtime/net/ops.h"
 #include "runtime/net/transport.h"
 
 namespace dpg::collective {
@@ -40,12 +41,12 @@ struct Options {
 // recursive-doubling partners (rank xor 2^k) when that path is on. A transport must connect them.
 std::vector<int> peers_needed(int rank, int world, const Options& options);
 
-// Operation ids in tags (tag space 0; see Options::tag_space). Ids below kOpsPerSpace belong to
-// space 0, which other users of a transport share (neighbour.h's kOpGossip is 4).
-inline constexpr uint32_t kOpsPerSpace = 16;
-inline constexpr uint32_t kOpAllreduce = 1;
-inline constexpr uint32_t kOpBroadcast = 2;
-inline constexpr uint32_t kOpAllgather = 3;
+// Operation ids in tags: runtime/net/ops.h holds every user's (tag space 0; see
+// Options::tag_space).
+using net::kOpAllgather;
+using net::kOpAllreduce;
+using net::kOpBroadcast;
+using net::kOpsPerSpace;
 
 class Communicator {
  public:

@@ -11,11 +11,12 @@
 #include <span>
 #include <vector>
 
+#include "runtime/net/ops.h"
 #include "runtime/net/transport.h"
 
 namespace dpg::collective {
 
-inline constexpr uint32_t kOpGossip = 4;
+using net::kOpGossip;  // runtime/net/ops.h
 
 class NeighbourExchange {
  public:

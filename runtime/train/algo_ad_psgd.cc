@@ -64,15 +64,14 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "runtime/net/ops.h"
 #include "runtime/core/rng.h"
 #include "runtime/train/algorithms.h"
 
 namespace dpg::train {
 namespace {
 
-// Op ids 1-3 belong to the collectives, 4 to gossip (runtime/collective/neighbour.h), 5-6 to the
-// parameter servers (ps.h).
-constexpr uint32_t kOpAdPsgd = 7;
+using net::kOpAdPsgd;  // runtime/net/ops.h
 constexpr uint32_t kHeaderChunk = 0;
 constexpr uint32_t kModelChunk = 1;             // request pieces: kModelChunk + k
 constexpr uint32_t kReplyChunk = 0x80000000u;   // reply pieces: kReplyChunk + k

@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <utility>
 
+#include "runtime/net/ops.h"
+
 namespace dpg::train {
 
-// Tag ops of the parameter server (1-3: the collectives, 4: gossip, 7: ad-psgd): a worker's
-// gradient shard going to a server, and the updated shard coming back.
-inline constexpr std::uint32_t kOpPsPush = 5;
-inline constexpr std::uint32_t kOpPsPull = 6;
+// Tag ops of the parameter server (runtime/net/ops.h): a worker's gradient shard going to a
+// server, and the updated shard coming back.
+using net::kOpPsPull;
+using net::kOpPsPush;
 
 // Server s's contiguous range [begin, end) of num_params parameters cut among `servers`: the
 // first num_params % servers shards get one more, so sizes differ by at most one.

@@ -1,0 +1,25 @@
+// Every operation id a Tag carries, in one place, so that no two users of a transport pick the
+// same one. A tag must be unique among the operations in flight between two peers (transport.h);
+// each user below also numbers its rounds, so ids only need to tell the users apart.
+#pragma once
+
+#include <cstdint>
+
+namespace dpg::net {
+
+// Ids below kOpsPerSpace form tag space 0. A collective::Communicator in tag space k (its
+// Options::tag_space; the bucketed all-reduce's thread uses space 1) adds k * kOpsPerSpace to
+// its collectives' ids, so its tags meet no one else's.
+inline constexpr uint32_t kOpsPerSpace = 16;
+
+inline constexpr uint32_t kOpAllreduce = 1;  // collectives (runtime/collective/communicator.h)
+inline constexpr uint32_t kOpBroadcast = 2;
+inline constexpr uint32_t kOpAllgather = 3;
+inline constexpr uint32_t kOpGossip = 4;     // a model to a neighbour (collective/neighbour.h)
+inline constexpr uint32_t kOpPsPush = 5;     // a worker's gradient shard to a server (train/ps.h)
+inline constexpr uint32_t kOpPsPull = 6;     // a server's updated shard back to a worker
+inline constexpr uint32_t kOpAdPsgd = 7;     // an ad-psgd request or reply (train/algo_ad_psgd.cc)
+
+static_assert(kOpAdPsgd < kOpsPerSpace, "every id of space 0 stays below kOpsPerSpace");
+
+}  // namespace dpg::net
