@@ -53,7 +53,10 @@ else
   kill -KILL "$victim" 2>/dev/null || true
   [[ $rc != 0 ]] || fail "the run succeeded with a hung peer"
   ((took < 30)) || fail "the others took ${took} s to give up on the hung peer"
-  grep -q "error (deadline_exceeded): rank [013]: .*peer 2 is silent" "$work/hang.log" ||
+  # Whichever peer times out first names it; the others may fail first on that peer's abort
+  # (code aborted), with its message, which names peer 2 too.
+  grep -qE "\] dpgossip train .*error \((deadline_exceeded|aborted)\): rank [013]: .*peer 2 is silent" \
+    "$work/hang.log" ||
     fail "no peer named the hung peer 2: $(grep error "$work/hang.log" | head -3)"
 fi
 finish ad-psgd

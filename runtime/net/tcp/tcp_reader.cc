@@ -97,17 +97,32 @@ bool TcpTransport::Impl::pump(Conn& c) {
       }
       case Conn::Reading::payload:
       case Conn::Reading::abort_text: {
+        // Once the transport has failed, a payload is read and dropped: the receive it was
+        // meant for has failed with everything else, and its buffer may already be gone.
+        if (c.reading == Conn::Reading::payload && c.dst != nullptr && ops.poisoned()) {
+          c.dst = nullptr;
+          c.target = kNone;
+        }
         const std::size_t staged = std::min(c.left, c.stage_end - c.stage_begin);
         if (staged > 0) {
-          std::memcpy(c.dst, c.stage.get() + c.stage_begin, staged);
+          if (c.dst != nullptr) {
+            std::memcpy(c.dst, c.stage.get() + c.stage_begin, staged);
+            c.dst += staged;
+          }
           c.stage_begin += staged;
-          c.dst += staged;
           c.left -= staged;
         }
         if (c.left > 0) {
-          const std::size_t got = read_now(c, c.dst, c.left);
+          std::size_t got = 0;
+          if (c.dst != nullptr) {
+            got = read_now(c, c.dst, c.left);
+            c.dst += got;
+          } else {
+            // Dropping: the stage is empty here, so it serves as the sink.
+            c.stage_begin = c.stage_end = 0;
+            got = read_now(c, c.stage.get(), std::min(c.left, Conn::kStageBytes));
+          }
           if (got == 0) return completed;
-          c.dst += got;
           c.left -= got;
           continue;
         }
@@ -123,9 +138,11 @@ bool TcpTransport::Impl::pump(Conn& c) {
           return completed;
         }
         c.reading = Conn::Reading::header;
-        ops.complete(c.target);
-        c.target = kNone;
-        completed = true;
+        if (c.target != kNone) {
+          ops.complete(c.target);
+          c.target = kNone;
+          completed = true;
+        }
         continue;
       }
     }
@@ -167,6 +184,16 @@ void TcpTransport::Impl::on_header(Conn& c, const FrameHeader& h) {
 // touching any memory. Returns whether the reader can go on.
 bool TcpTransport::Impl::match(Conn& c) {
   const FrameHeader& h = c.frame;
+  if (ops.poisoned()) {
+    // Failed: nothing more is delivered (the receives have failed and their buffers may be
+    // gone), but the frames are still read, so that an abort behind them arrives.
+    c.parked_now.store(false, std::memory_order_relaxed);
+    c.reading = Conn::Reading::payload;
+    c.dst = nullptr;
+    c.left = h.length;
+    c.target = kNone;
+    return true;
+  }
   uint32_t prev = kNone, i = c.recv_head;
   while (i != kNone && !(ops.slot(i).tag == h.tag)) {
     prev = i;

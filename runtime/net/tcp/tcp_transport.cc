@@ -134,8 +134,10 @@ void TcpTransport::Impl::send_done(Conn& c) {
 
 void TcpTransport::Impl::start_write(Conn& c) {
   if (ops.poisoned() && !c.control_pending) return;
-  // Sends go out straight away while the socket takes them; the reactor finishes the rest.
-  while (c.send_head != kNone) {
+  // Sends go out straight away while the socket takes them; the reactor finishes the rest. Once
+  // the transport has failed no new data frame starts (its buffer may already be gone); only the
+  // control frame that says why goes out.
+  while (c.send_head != kNone && !ops.poisoned()) {
     OpSlot& s = ops.slot(c.send_head);
     error_code ec;
     const std::size_t wrote = write_now(c.socket, s, ec);
