@@ -273,6 +273,18 @@ class PsAsync final : public Algorithm {
     return *it;
   }
 
+  // Every worker at the slowest clock, "peer 1" or "peer 1 or peer 3": from its clocks alone a
+  // server cannot tell which of several workers at the same step stopped and which it took down.
+  std::string slowest_peers() const {
+    const long long low = slowest(nullptr);
+    std::string out;
+    for (int w = 0; w < world_; ++w) {
+      if (clock_[static_cast<std::size_t>(w)] != low) continue;
+      out += (out.empty() ? "peer " : " or peer ") + std::to_string(w);
+    }
+    return out;
+  }
+
   // Applies worker w's step-t gradient shard, holds the reply while w is more than
   // max_staleness steps ahead of the slowest worker, and writes the shard into `out`.
   Served serve(int w, long long t, const dp::PrivateGradient& g, std::span<float> out) {
@@ -306,18 +318,22 @@ class PsAsync final : public Algorithm {
                            (cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
                             t + 1 - slowest(&who) > config_.max_staleness);
       if (!give_up) continue;
+      // A server thread of this rank failed first (a peer's connection lost, its abort read):
+      // that failure names the cause; the slowest clock here may only be a peer it took down.
+      if (failed_ && !stopping_) throw Error(failure_code_, failure_);
       // This peer is going down: the culprit is whom its own worker gave up on, else itself.
       if (stopping_) who = blame_ >= 0 ? blame_ : rank_;
+      const std::string waited_for = stopping_ ? "peer " + std::to_string(who) : slowest_peers();
       const std::string why = who == rank_
           ? "rank " + std::to_string(rank_) + ": ps-async server stopped (peer " +
                 std::to_string(rank_) + " failed) while holding worker " + std::to_string(w) +
                 "'s step " + std::to_string(t)
           :
           "rank " + std::to_string(rank_) + ": ps-async server held worker " + std::to_string(w) +
-          "'s step " + std::to_string(t) + " waiting for peer " + std::to_string(who) +
-          " (at step " + std::to_string(clock_[static_cast<std::size_t>(who)]) +
-          ") to come within max_staleness " + std::to_string(config_.max_staleness) + ": peer " +
-          std::to_string(who) + " stopped, hung or is slower than the timeout allows";
+          "'s step " + std::to_string(t) + " waiting for " + waited_for + " (at step " +
+          std::to_string(clock_[static_cast<std::size_t>(who)]) +
+          ") to come within max_staleness " + std::to_string(config_.max_staleness) + ": " +
+          waited_for + " stopped, hung or is slower than the timeout allows";
       if (w == rank_) {
         blame_ = who;
         fail(Code::deadline_exceeded, why);
