@@ -144,6 +144,21 @@ std::string default_run_name(const TrainConfig& c, int world) {
   return to_string(c.algo) + graph + "-n" + std::to_string(world) + "-" + when;
 }
 
+// A fixed noise seed in a config the peers share lets each of them regenerate the others' noise
+// and batch membership: with more than one peer it takes an explicit acknowledgement.
+void check_noise_seed(const TrainConfig& c, int world) {
+  if (c.noise_seed == 0 || world <= 1) return;
+  if (!c.insecure_fixed_seed) {
+    fail(Code::invalid_argument,
+         "train: /noise_seed is set with " + std::to_string(world) +
+             " peers: whoever holds it can compute every peer's noise and batches; leave it 0 "
+             "(a secret seed from the OS) or add --insecure-fixed-seed for a reproducible, "
+             "non-private experiment");
+  }
+  DPG_WARN("train: insecure fixed noise seed: every peer that knows it can compute this peer's "
+           "noise and batches, so the privacy guarantee does not hold against them");
+}
+
 void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   set_activity(flags.config_file.empty() ? "reading the flags"
                                          : "reading " + flags.config_file + " and the flags");
@@ -151,6 +166,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   check_train_outputs(c);
   set_activity("setting up the run (hosts, transport, trace)");
   const Peers peers = peers_for(c, flags);
+  check_noise_seed(c, peers.world());
   // One voice per run: other ranks report only warnings and errors.
   if (peers.rank != 0 && log::level() > log::Level::warn) log::set_level(log::Level::warn);
   DPG_INFO("train: " << describe(c));

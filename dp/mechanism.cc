@@ -19,6 +19,7 @@ GaussianMechanism::GaussianMechanism(std::size_t num_params, MechanismOptions op
                                      std::to_string(options_.clip_norm) + " and " +
                                      std::to_string(options_.noise_multiplier));
   }
+  if (options_.enabled && options_.secure_noise) secure_key_ = NoiseKey::from_os();
 }
 
 PrivateGradient PrivateGradient::part(std::size_t offset, std::size_t count) const {
@@ -39,6 +40,7 @@ PrivateGradient PrivateGradient::join(const PrivateGradient& lo, const PrivateGr
 std::span<float> GaussianMechanism::begin_step() {
   std::fill(buffer_.begin(), buffer_.end(), 0.0f);
   keyed_ = false;
+  ++step_;
   released_.clear();
   return buffer_;
 }
@@ -46,7 +48,9 @@ std::span<float> GaussianMechanism::begin_step() {
 void GaussianMechanism::noise(std::size_t begin, std::size_t end) {
   const float inv = static_cast<float>(1.0 / options_.expected_batch);
   const std::span<float> range(buffer_.data() + begin, end - begin);
-  if (sigma() > 0.0) {
+  if (sigma() > 0.0 && secure_key_) {
+    add_gaussian_secure(range, sigma() * options_.clip_norm, *secure_key_, step_, inv, begin);
+  } else if (sigma() > 0.0) {
     if (!keyed_) {
       key_ = rng_.next();
       keyed_ = true;

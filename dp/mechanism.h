@@ -13,10 +13,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
 
+#include "dp/secure_noise.h"
 #include "runtime/core/rng.h"
 
 namespace dpg::dp {
@@ -51,6 +53,9 @@ struct MechanismOptions {
   float clip_norm = 1.0f;          // C
   double noise_multiplier = 1.0;   // sigma; the noise standard deviation is sigma * C
   double expected_batch = 1.0;     // public denominator: q * dataset size, never the realised batch
+  // Noise from ChaCha20 under a key from getrandom(2) (secure_noise.h) instead of the counter
+  // hash under the seed: no seed to search, nothing that predicts one step's noise from another's.
+  bool secure_noise = false;
 };
 
 class GaussianMechanism {
@@ -86,6 +91,9 @@ class GaussianMechanism {
   // The step's noise key, drawn at its first release (one draw per step, as a whole release).
   std::uint64_t key_ = 0;
   bool keyed_ = false;
+  // secure_noise: the run's key, and the step count that is each step's nonce under it.
+  std::optional<NoiseKey> secure_key_;
+  std::uint64_t step_ = 0;
   std::vector<std::pair<std::size_t, std::size_t>> released_;  // this step's released ranges
 };
 

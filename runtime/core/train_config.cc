@@ -328,6 +328,12 @@ std::vector<ConfigField> make_table() {
             "since it reveals the noise)")
           .per_peer()
           .secret_value(),
+      field(&C::insecure_fixed_seed, "insecure_fixed_seed", "--insecure-fixed-seed",
+            "allow a noise_seed with more than one peer (every peer can then compute the "
+            "others' noise and batches)")
+          .per_peer(),
+      field(&C::secure_noise, "secure_noise", "--secure-noise",
+            "noise from ChaCha20 keyed by 256 bits from the OS (docs/PRIVACY.md)"),
       field(&C::threads, "threads", "--threads", "BLAS threads", between(1, 256)).per_peer(),
       field(&C::noise_mode, "noise_mode", "--noise-mode",
             "allreduce: distributed (the sum carries the central noise) or local (every message "
@@ -415,6 +421,9 @@ void validate(const TrainConfig& c) {
   // Rules between fields.
   if (c.dp && !(c.noise_multiplier > 0) && !(c.target_epsilon > 0)) {
     bad("/target_epsilon: must be positive when noise_multiplier is not given");
+  }
+  if (c.dp && c.secure_noise && c.noise_seed != 0) {
+    bad("/noise_seed: secure_noise draws its key from the OS and cannot use a fixed seed");
   }
 }
 

@@ -119,6 +119,12 @@ struct TrainConfig {
   // printed, because the guarantee needs the noise and the batch membership to be secret. Set it
   // only for reproducible experiments, knowing that whoever knows it can subtract the noise.
   std::uint64_t noise_seed = 0;
+  // With more than one peer a noise_seed is refused unless this acknowledges that every peer
+  // holding the config can compute the others' noise and batches.
+  bool insecure_fixed_seed = false;
+  // The noise from ChaCha20 under a 256-bit key from getrandom(2), never stored (dp/secure_noise.h),
+  // instead of the counter hash under the 64-bit noise seed. Refused together with a noise_seed.
+  bool secure_noise = false;
   int threads = 2;                           // BLAS threads
   Algo algo = Algo::single;
   // allreduce only. distributed: each of N peers adds N(0, sigma^2 C^2 / N), so the sum carries

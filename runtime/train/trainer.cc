@@ -54,7 +54,8 @@ struct RunState {
                   {.enabled = c.dp,
                    .clip_norm = static_cast<float>(c.clip_norm),
                    .noise_multiplier = plan.peer_sigma,
-                   .expected_batch = plan.peer_batch[static_cast<std::size_t>(rank)]},
+                   .expected_batch = plan.peer_batch[static_cast<std::size_t>(rank)],
+                   .secure_noise = c.secure_noise},
                   noise_seed, static_cast<std::uint64_t>(rank)),
         sgd(model.num_params(),
             {.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}) {
@@ -152,8 +153,11 @@ void Trainer::log_start() const {
                           << ", noise multiplier " << plan_.sigma << " (each peer adds "
                           << plan_.peer_sigma << ", " << plan_.noise_mode
                           << " noise; the model's " << plan_.model_sigma << "), clip "
-                          << c.clip_norm << ", noise seed "
-                          << (c.noise_seed != 0 ? "from the config" : "secret (OS entropy)"));
+                          << c.clip_norm
+                          << (c.secure_noise ? ", noise from ChaCha20 under a 256-bit key from the "
+                                               "OS, sampler seed secret (OS entropy)"
+                              : c.noise_seed != 0 ? ", noise seed from the config"
+                                                  : ", noise seed secret (OS entropy)"));
   if (c.dp && c.sampling != Sampling::poisson) {
     DPG_WARN("train: sampling is 'shuffle'; the reported epsilon assumes Poisson sampling");
   }

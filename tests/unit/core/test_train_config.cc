@@ -42,6 +42,8 @@ dpg::TrainConfig unusual() {
   c.delta = 1e-6;
   c.seed = 18446744073709551615ull;
   c.noise_seed = 9;
+  c.insecure_fixed_seed = true;
+  c.secure_noise = true;  // with dp off, beside a noise seed
   c.threads = 3;
   c.algo = dpg::Algo::ps_async;
   c.noise_mode = dpg::NoiseMode::local;
@@ -136,9 +138,15 @@ TEST_CASE("train config: out-of-range numbers name the field") {
   CHECK(error_of({{"target_epsilon", 0}, {"dp", false}}).empty());
 }
 
+TEST_CASE("train config: secure noise refuses a fixed noise seed, naming it") {
+  CHECK(error_of({{"secure_noise", true}, {"noise_seed", 3}}).find("/noise_seed") !=
+        std::string::npos);
+  CHECK(error_of({{"secure_noise", true}}).empty());
+}
+
 TEST_CASE("train config: the hash ignores exactly the per-peer fields") {
-  const std::set<std::string> per_peer = {"data", "threads", "metrics", "noise_seed", "run_name",
-                                          "trace"};
+  const std::set<std::string> per_peer = {"data",     "threads", "metrics", "noise_seed",
+                                          "run_name", "trace",   "insecure_fixed_seed"};
   const dpg::TrainConfig base;
   const dpg::TrainConfig other = unusual();
   const dpg::Json changed = dpg::to_json(other);
