@@ -53,10 +53,10 @@ peers 4 900 allreduce-100m --algo allreduce "${big[@]}"
 peers 4 900 gossip-100m --algo gossip --topology ring "${big[@]}"
 
 # The bound, in model-sized buffers plus 512 MiB for everything else (code, libraries, the data,
-# a 64-row batch's activations, chunk buffers). All-reduce: the parameters, the step's gradient
-# sum, the momentum, the parameter average, the evaluated copy and the all-reduce's result (6).
-# Gossip on a ring: those five, the two neighbours' models, the copy sent and the mixed result
-# (9): its buffers grow with the degree (docs/RELIABILITY.md).
+# a 64-row batch's activations, chunk buffers). All-reduce (runtime/train/trainer.cc's RunState):
+# the parameters, the evaluated copy, the step's gradient sum (reduced in place), the momentum,
+# the parameter average and the peers' mean model (6). Gossip on a ring: those six, one inbox per
+# in-neighbour (2) and the mixed model (9): its buffers grow with the degree (docs/RELIABILITY.md).
 py '
 import json, sys
 params, work = int(sys.argv[1]), sys.argv[2]
