@@ -1,8 +1,8 @@
 // What the Gloo and OpenMPI baseline programs share: the command line, the repeat counts, the
 // inputs and their closed-form check, and the one-line JSON row that `dpgossip bench allreduce`
-// reads (apps/bench_baseline.cc). These are standalone tools: they print and exit, and they do
+// reads (apps/bench/bench_baseline.cc). These are standalone tools: they print and exit, and they do
 // not link dpgossip's libraries, so the row arithmetic is repeated here (keep it in step with
-// apps/bench_baseline.cc: median, algbw = bytes / time, busbw = algbw * 2(N-1)/N, 0 for N = 1).
+// apps/bench/bench_baseline.cc: median, algbw = bytes / time, busbw = algbw * 2(N-1)/N, 0 for N = 1).
 #pragma once
 
 #include <algorithm>

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench_baseline.h"
+#include "apps/bench/bench_baseline.h"
 #include "apps/commands.h"
 #include "apps/launch.h"
 #include "apps/parse.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench_baseline.h"
+#include "apps/bench/bench_baseline.h"
 #include "apps/commands.h"
 #include "apps/parse.h"
 #include "dp/mechanism.h"

@@ -1,6 +1,6 @@
 // Running the Gloo and OpenMPI all-reduce baselines as child processes with a bounded wait, and
 // the row arithmetic both sides of `dpgossip bench allreduce` share.
-#include "apps/bench_baseline.h"
+#include "apps/bench/bench_baseline.h"
 
 #include <fcntl.h>
 #include <poll.h>
