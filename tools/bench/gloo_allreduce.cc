@@ -72,14 +72,14 @@ bool run_size(const std::shared_ptr<gloo::Context>& ctx, const Args& a, long lon
   opts.setTag(tag);
   opts.setTimeout(op_timeout(a));
 
-  const int warmup = dpg_bench::repeats_for(bytes, a.warmup);  // scaled as the timed count
+  const int warmup = dpg::bench::repeats_for_size(bytes, a.warmup);  // scaled as the timed count
   for (int i = 0; i < warmup; ++i) gloo::allreduce(opts);
   gloo::BarrierOptions barrier(ctx);
   barrier.setTag(tag);
   barrier.setTimeout(op_timeout(a));
   gloo::barrier(barrier);
 
-  const int repeats = dpg_bench::repeats_for(bytes, a.repeats);
+  const int repeats = dpg::bench::repeats_for_size(bytes, a.repeats);
   std::vector<double> times_us;
   times_us.reserve(repeats);
   for (int r = 0; r < repeats; ++r) {
