@@ -1,8 +1,9 @@
 // What the Gloo and OpenMPI baseline programs share: the command line, the inputs and their
-// closed-form check. These are standalone tools: they print and exit, and they do not link
-// dpgossip's libraries. Their rows, the repeat counts and the row arithmetic are dpgossip's own
-// (apps/bench/row.h, a header of the standard library only), so the rows compare by construction
-// with those of `dpgossip bench allreduce`, which reads them back.
+// closed-form check. These are standalone tools: they print and exit. Their rows, the repeat
+// counts and the row arithmetic are dpgossip's own (apps/bench/row.h, a header of the standard
+// library only), so the rows compare by construction with those of `dpgossip bench allreduce`,
+// which reads them back; the Gloo program also starts and supervises its ranks with dpgossip's
+// process library (apps/process).
 #pragma once
 
 #include <algorithm>
@@ -24,6 +25,10 @@ struct Args {
   int repeats = 100;    // at sizes up to kFullRepeatBytes; fewer above (dpg::bench::repeats_for_size)
   double timeout_s = 240;  // whole run (Gloo's launcher only)
   bool pin = false;        // pin rank r to CPU r mod the CPU count (Gloo's launcher only)
+  // Gloo only, given by its launcher to each rank it starts (a copy of the same program): which
+  // rank this process is, and the rendezvous folder. -1 / empty: this process is the launcher.
+  int rank = -1;
+  std::string store;
 };
 
 constexpr int kMaxPeers = 64;  // keeps every partial sum of the check values below 2^24
@@ -49,6 +54,7 @@ inline void usage(const char* prog, bool with_peers) {
                             "  --timeout  seconds for the whole run before the ranks are killed\n"
                             "             (default 240)\n"
                             "  --pin      1: pin rank r to CPU r mod the CPU count (default 0)\n"
+                            "  (--rank R --store DIR: set by the launcher for each rank it starts)\n"
                           : "");
 }
 
@@ -118,6 +124,11 @@ inline int parse_args(int argc, char** argv, bool with_peers, Args& a) {
       int t = 0;
       ok = parse_int(value, 1, 86400, t);
       a.timeout_s = t;
+    } else if (with_peers && flag == "--rank") {
+      ok = parse_int(value, 0, kMaxPeers - 1, a.rank);
+    } else if (with_peers && flag == "--store") {
+      a.store = value;
+      ok = !a.store.empty();
     } else if (with_peers && flag == "--pin") {
       int pin = 0;
       ok = parse_int(value, 0, 1, pin);
