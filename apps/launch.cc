@@ -42,11 +42,7 @@ class Supervisor {
       : children_(children), o_(o), out_(o.out_fd), err_(o.err_fd) {
     for (const Child& c : children) {
       if (c.argv.empty()) fail(Code::invalid_argument, "launch: rank " + c.label + ": empty command");
-      if (!proc::find_program(c.argv.front()))
-        fail(Code::not_found, "launch: rank " + c.label + ": program " + c.argv.front() +
-                                  (c.argv.front().find('/') == std::string::npos
-                                       ? " not found in PATH"
-                                       : " is not an executable file"));
+      proc::require_program(c.argv.front(), "launch: rank " + c.label);
     }
     running_.resize(children.size());
     if (o.handle_signals) signals_.emplace(std::initializer_list<int>{SIGINT, SIGTERM, SIGHUP});

@@ -76,6 +76,13 @@ std::optional<fs::path> find_program(const std::string& name) {
   return find_program(name, s);
 }
 
+fs::path require_program(const std::string& name, const std::string& what) {
+  if (auto found = find_program(name)) return *found;
+  fail(Code::not_found, what + ": program " + name +
+                            (name.find('/') == std::string::npos ? " not found in PATH"
+                                                                 : " is not an executable file"));
+}
+
 std::string where_searched(const Search& s) {
   std::vector<std::string> places;
   for (const fs::path& d : self_dirs(s)) places.push_back(d.string());

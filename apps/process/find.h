@@ -29,6 +29,10 @@ std::optional<std::filesystem::path> find_program(const std::string& name, const
 // With the default search, except `beside_self` is empty: a path as given, a bare name in PATH.
 std::optional<std::filesystem::path> find_program(const std::string& name);
 
+// find_program(name) or not_found: "<what>: program <name> not found in PATH" (or "is not an
+// executable file" for a path), so a command is checked before anything starts.
+std::filesystem::path require_program(const std::string& name, const std::string& what);
+
 // "/usr/lib/dpgossip, /src/build/tools/bench and PATH": where find_program looked, for an error
 // message (the folders it would try, in order).
 std::string where_searched(const Search& search);

@@ -49,14 +49,7 @@ struct Prepared {
 Prepared prepare(const Command& c, const std::string& what) {
   if (c.argv.empty()) fail(Code::invalid_argument, what + ": empty command");
   Prepared p;
-  const auto found = find_program(c.argv.front());
-  if (!found)
-    fail(Code::not_found, what + ": program " + c.argv.front() + " not found (" +
-                              (c.argv.front().find('/') == std::string::npos
-                                   ? std::string("looked in PATH")
-                                   : std::string("no executable file there")) +
-                              ")");
-  p.path = found->string();
+  p.path = require_program(c.argv.front(), what).string();
   p.argv_text = c.argv;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string entry(*e);
