@@ -13,6 +13,7 @@
 
 #include "apps/commands.h"
 #include "apps/launch.h"
+#include "apps/process/find.h"
 #include "runtime/core/bounds.h"
 #include "runtime/core/error.h"
 #include "runtime/core/json_io.h"
@@ -62,12 +63,6 @@ bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
     if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
   }
   return false;
-}
-
-std::string self_exe() {
-  std::error_code ec;
-  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("/proc/self/exe") : p.string();
 }
 
 void validate(const LaunchFlags& f) {
@@ -136,7 +131,7 @@ void run_launch(const LaunchFlags& f) {
     path = f.hosts;
     hosts = net::load_hosts(path);
   }
-  const std::vector<Child> children = local_children(hosts, path, self_exe(), f.command);
+  const std::vector<Child> children = local_children(hosts, path, proc::self_path().string(), f.command);
   // The same cap as --peers, and a check that the local peers fit, before one is started.
   if (children.size() > static_cast<size_t>(kMaxLocalPeers))
     fail(Code::invalid_argument, "launch: " + path + " puts " + std::to_string(children.size()) +

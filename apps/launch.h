@@ -21,7 +21,8 @@ struct Child {
 };
 
 struct SuperviseOptions {
-  // After SIGTERM, how long the children get to exit before SIGKILL.
+  // After SIGTERM (or a forwarded SIGINT), how long the children get to exit before SIGKILL: a
+  // trainer stops at its next step boundary and writes its checkpoint within it.
   std::chrono::milliseconds grace{5000};
   // After the last child exits, how long to wait for end-of-file on pipes that its own children
   // (grandchildren of the launcher) still hold open; their later output is dropped.
@@ -30,23 +31,27 @@ struct SuperviseOptions {
   std::chrono::milliseconds kill_wait{10000};
   int out_fd = 1;  // where the children's stdout lines go, prefixed
   int err_fd = 2;  // where their stderr lines and the launcher's own messages go
-  // Catch SIGINT, SIGTERM and SIGHUP while supervising and stop the children on them. Only one
-  // supervise() with this set may run at a time in a process.
+  // Catch SIGINT, SIGTERM and SIGHUP while supervising, and SIGPIPE is ignored (a launcher whose
+  // reader went away keeps supervising). Only one supervise() with this set may run at a time in
+  // a process.
   bool handle_signals = true;
   // Called in the launcher after each child starts (tests use it to check the pid is gone later).
   std::function<void(size_t index, pid_t pid)> on_start;
 };
 
-// Starts every child (stdin from /dev/null, stdout and stderr piped) and copies each complete
-// output line to out_fd / err_fd as "[label] line"; a last line without a newline is flushed at
-// end of file. When a child exits non-zero or by a signal, reports which and how, sends SIGTERM
-// to the others and SIGKILL to those still running `grace` later. SIGINT, SIGTERM or SIGHUP to
-// the launcher do the same to every child (a second one sends SIGKILL at once). Children get
-// SIGTERM if the launcher dies (PR_SET_PDEATHSIG; tied to the calling thread).
+// Starts every child (proc::Process: stdin from /dev/null, stdout and stderr piped, a process
+// group of its own, SIGTERM when the launcher dies) and copies each complete output line to
+// out_fd / err_fd as "[label] line"; a last line without a newline is flushed at end of file.
+// When a child exits non-zero or by a signal, reports which and how, sends SIGTERM to the others
+// and SIGKILL to those still running `grace` later.
+// Signals to the launcher: the first SIGINT or SIGTERM is passed on to every child as it is
+// (SIGHUP as SIGTERM), so that each stops gracefully; SIGKILL follows `grace` later. A second one
+// of the three sends SIGKILL to every child at once. The children's own process groups keep a
+// terminal's Ctrl-C from reaching them directly, so each sees a signal exactly once.
 // Returns 0 when every child exited 0; 128 + signal when the launcher was signalled; otherwise the
 // first failing child's exit code, or 128 + signal when a signal ended it. Only the started pids
 // are ever signalled. Throws (invalid_argument, not_found, unavailable) when a child cannot be
-// started; children already started are killed first.
+// started; children already started are stopped first.
 int supervise(const std::vector<Child>& children, const SuperviseOptions& options = {});
 
 // The children `dpgossip launch` starts: one per peer of `hosts` whose host is this machine, as
@@ -54,8 +59,5 @@ int supervise(const std::vector<Child>& children, const SuperviseOptions& option
 // invalid_argument when `args` is empty or has --rank, or when no peer is local (naming the file).
 std::vector<Child> local_children(const net::HostsFile& hosts, const std::string& hosts_path,
                                   const std::string& exe, const std::vector<std::string>& args);
-
-// "exited with code 3", "killed by SIGSEGV (core dumped)", from a waitpid status.
-std::string describe_status(int status);
 
 }  // namespace dpg::app

@@ -5,8 +5,10 @@ Usage (normally run for you by `dpgossip bench step --baseline torch`):
   OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 tools/bench_torch_mlp.py \
       --widths 784,256,256,10 --activation relu --threads 1,2 --batch 256 --seconds 1 --repeats 5
 
-Prints one JSON object per thread count: backend, mode ("sgd"), threads, batch, samples_per_second
-(the median over `repeats` timed windows after a warm-up of 10 steps and seconds / 4). Needs Debian's python3-torch.
+Prints one JSON object per thread count, the step row of dpgossip's benchmarks (StepRow in
+apps/bench/row.h, whose reader accepts exactly these keys): backend, mode ("sgd"), threads, batch,
+samples_per_second (the median over `repeats` timed windows after a warm-up of 10 steps and
+seconds / 4). Needs Debian's python3-torch.
 
 Debian's torch runs its matrix products in the system BLAS (OpenBLAS), whose thread pool
 torch.set_num_threads does not limit: without set_blas_threads below, the "1 thread" row would

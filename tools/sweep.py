@@ -219,7 +219,8 @@ def command(sweep, run):
 
 
 def stop(proc):
-    """SIGTERM to the run's process group (the launcher and its peers), SIGKILL if it lingers."""
+    """SIGTERM to the run's process group, SIGKILL if it lingers. The launcher passes SIGTERM on to
+    its peers (each in a process group of its own) and SIGKILLs them after its grace period."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)

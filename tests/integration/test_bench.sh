@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `dpgossip bench allreduce` end to end: 4 peers on 127.0.0.1 beside Gloo and OpenMPI (when their
 # programs are built), two paired rounds, every row checked, the ratios consistent with the
-# per-baseline ones; and a bad flag refused.
+# per-baseline ones; `bench step` beside a stand-in for the PyTorch script; and bad input refused.
 set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -27,6 +27,12 @@ for line in open(sys.argv[1]):
         rows[(o["backend"], o["bytes"])] = o
     else:
         ratios[(o["ratio"], o["bytes"])] = o
+# The keys of apps/bench/row.h (AllreduceRow), in its order, on every row of every backend.
+keys = ["backend", "peers", "bytes", "time_us", "algbw_GBps", "busbw_GBps", "repeats", "ok"]
+for line in open(sys.argv[1]):
+    o = json.loads(line)
+    if "backend" in o and list(o) != keys:
+        sys.exit(f"row keys {list(o)} are not {keys}")
 backends = ["dpgossip"] + [{"mpi": "openmpi"}.get(b, b) for b in os.environ["BASELINES"].split(",") if b]
 bad = []
 for b in backends:
@@ -53,6 +59,32 @@ if bad:
 times = {k: r["time_us"] for k, r in rows.items()}
 print("bench rows:", ", ".join(f"{b}@{s}: {t:.0f} us" for (b, s), t in sorted(times.items())))
 ' "$work/rows.jsonl" || fail "bench allreduce output"
+
+# bench step beside a PyTorch stand-in (the baseline script's interface: flags in, StepRow lines
+# out): run without a shell, with OMP_WAIT_POLICY=PASSIVE, its row read back and kept.
+cat >"$work/fake_torch.py" <<'PY'
+import argparse, json, os, sys
+p = argparse.ArgumentParser()
+for flag in ("--widths", "--activation", "--threads", "--batch", "--seconds", "--repeats"):
+    p.add_argument(flag)
+a = p.parse_args()
+if os.environ.get("OMP_WAIT_POLICY") != "PASSIVE":
+    sys.exit(3)
+if os.environ.get("FAKE_TORCH_BAD"):
+    print(json.dumps({"backend": "torch", "mode": "sgd", "threads": int(a.threads), "batch": int(a.batch), "samples": 1}))
+else:
+    print(json.dumps({"backend": "torch", "mode": "sgd", "threads": int(a.threads), "batch": int(a.batch), "samples_per_second": 1234.5}))
+PY
+step=(bench step --widths 8,4 --threads 1 --batch 16 --seconds 0.05 --repeats 1 --rounds 1
+      --baseline torch --python /usr/bin/python3 --torch-script "$work/fake_torch.py")
+"$bin" "${step[@]}" --json >"$work/step.jsonl" 2>"$work/step.err" ||
+  fail "bench step with the stand-in: $(cat "$work/step.err")"
+grep -qx '{"backend":"torch","mode":"sgd","threads":1,"batch":16,"samples_per_second":1234.5}' \
+  "$work/step.jsonl" || fail "bench step: the torch row is not kept: $(cat "$work/step.jsonl")"
+[[ $(grep -c '"backend":"dpgossip"' "$work/step.jsonl") == 2 ]] ||
+  fail "bench step: want 2 dpgossip rows: $(cat "$work/step.jsonl")"
+FAKE_TORCH_BAD=1 expect_error "fake_torch.py output line 1/samples: unknown key" "$bin" "${step[@]}"
+expect_error "--torch-script: $work/none.py not found" "$bin" "${step[@]/"$work/fake_torch.py"/"$work/none.py"}"
 
 if "$bin" bench allreduce --peers 2 --rounds 0 >"$work/out" 2>"$work/err"; then
   fail "--rounds 0 was accepted"

@@ -1,8 +1,9 @@
-// What the Gloo and OpenMPI baseline programs share: the command line, the repeat counts, the
-// inputs and their closed-form check, and the one-line JSON row that `dpgossip bench allreduce`
-// reads (apps/bench_baseline.cc). These are standalone tools: they print and exit, and they do
-// not link dpgossip's libraries, so the row arithmetic is repeated here (keep it in step with
-// apps/bench_baseline.cc: median, algbw = bytes / time, busbw = algbw * 2(N-1)/N, 0 for N = 1).
+// What the Gloo and OpenMPI baseline programs share: the command line, the inputs and their
+// closed-form check. These are standalone tools: they print and exit. Their rows, the repeat
+// counts and the row arithmetic are dpgossip's own (apps/bench/row.h, a header of the standard
+// library only), so the rows compare by construction with those of `dpgossip bench allreduce`,
+// which reads them back; the Gloo program also starts and supervises its ranks with dpgossip's
+// process library (apps/process).
 #pragma once
 
 #include <algorithm>
@@ -13,19 +14,23 @@
 #include <string>
 #include <vector>
 
+#include "apps/bench/row.h"
+
 namespace dpg_bench {
 
 struct Args {
   int peers = 4;
   std::vector<long long> sizes_bytes;
   int warmup = 3;
-  int repeats = 100;    // at sizes up to kFullRepeatBytes; fewer above (repeats_for)
+  int repeats = 100;    // at sizes up to kFullRepeatBytes; fewer above (dpg::bench::repeats_for_size)
   double timeout_s = 240;  // whole run (Gloo's launcher only)
   bool pin = false;        // pin rank r to CPU r mod the CPU count (Gloo's launcher only)
+  // Gloo only, given by its launcher to each rank it starts (a copy of the same program): which
+  // rank this process is, and the rendezvous folder. -1 / empty: this process is the launcher.
+  int rank = -1;
+  std::string store;
 };
 
-constexpr long long kFullRepeatBytes = 4LL << 20;
-constexpr int kMinRepeats = 5;
 constexpr int kMaxPeers = 64;  // keeps every partial sum of the check values below 2^24
 // The element count must fit an int (MPI_Allreduce's count).
 constexpr long long kMaxBytes = 4LL * 0x7fffffffLL;
@@ -49,6 +54,7 @@ inline void usage(const char* prog, bool with_peers) {
                             "  --timeout  seconds for the whole run before the ranks are killed\n"
                             "             (default 240)\n"
                             "  --pin      1: pin rank r to CPU r mod the CPU count (default 0)\n"
+                            "  (--rank R --store DIR: set by the launcher for each rank it starts)\n"
                           : "");
 }
 
@@ -118,6 +124,11 @@ inline int parse_args(int argc, char** argv, bool with_peers, Args& a) {
       int t = 0;
       ok = parse_int(value, 1, 86400, t);
       a.timeout_s = t;
+    } else if (with_peers && flag == "--rank") {
+      ok = parse_int(value, 0, kMaxPeers - 1, a.rank);
+    } else if (with_peers && flag == "--store") {
+      a.store = value;
+      ok = !a.store.empty();
     } else if (with_peers && flag == "--pin") {
       int pin = 0;
       ok = parse_int(value, 0, 1, pin);
@@ -135,11 +146,6 @@ inline int parse_args(int argc, char** argv, bool with_peers, Args& a) {
     }
   }
   return 0;
-}
-
-inline int repeats_for(long long bytes, int repeats) {
-  const long long scaled = static_cast<long long>(repeats) * kFullRepeatBytes / bytes;
-  return static_cast<int>(std::clamp<long long>(scaled, std::min(repeats, kMinRepeats), repeats));
 }
 
 // input[i] = (rank + 1) * (1 + i % 13), so the sum over n ranks is n(n+1)/2 * (1 + i % 13):
@@ -169,22 +175,12 @@ inline long long count_mismatches(const std::vector<float>& out, int peers, int 
   return bad;
 }
 
-inline double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
+// Prints rank 0's row of one size (apps/bench/row.h) on stdout, flushed at once.
 inline void print_row(const char* backend, int peers, long long bytes,
                       const std::vector<double>& times_us, bool ok) {
-  const double t = median(times_us);
-  const double algbw = t > 0 ? static_cast<double>(bytes) / t / 1e3 : 0.0;  // bytes/us -> GB/s
-  const double busbw = algbw * 2.0 * (peers - 1) / peers;
-  std::printf(
-      "{\"backend\":\"%s\",\"peers\":%d,\"bytes\":%lld,\"time_us\":%.6g,\"algbw_GBps\":%.6g,"
-      "\"busbw_GBps\":%.6g,\"repeats\":%zu,\"ok\":%s}\n",
-      backend, peers, bytes, t, algbw, busbw, times_us.size(), ok ? "true" : "false");
+  dpg::bench::AllreduceRow row = dpg::bench::make_row(backend, peers, bytes, times_us);
+  row.ok = ok;
+  std::printf("%s\n", dpg::bench::to_json_line(row).c_str());
   std::fflush(stdout);
 }
 

@@ -7,14 +7,14 @@
 // factor 2(N-1)/N applies. (The older class gloo::AllreduceRing<float> forwards the whole buffer
 // N-1 times and would be an unfair comparison at large sizes.)
 //
-// The launcher forks the N ranks before any thread exists (Gloo's TCP device starts a loop thread),
-// waits for them with a deadline, and kills only its own children when they overrun or one fails.
+// The launcher starts the N ranks as copies of this program (`--rank r --store DIR`, through
+// dpgossip's process library: no shell, each tied to the launcher's life), waits for them with a
+// deadline, and kills only its own children when they overrun, one fails, or it is signalled.
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +24,7 @@
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +37,9 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include "apps/process/find.h"
+#include "apps/process/process.h"
+#include "apps/process/signals.h"
 #include "tools/bench/bench_common.h"
 
 namespace {
@@ -72,14 +76,14 @@ bool run_size(const std::shared_ptr<gloo::Context>& ctx, const Args& a, long lon
   opts.setTag(tag);
   opts.setTimeout(op_timeout(a));
 
-  const int warmup = dpg_bench::repeats_for(bytes, a.warmup);  // scaled as the timed count
+  const int warmup = dpg::bench::repeats_for_size(bytes, a.warmup);  // scaled as the timed count
   for (int i = 0; i < warmup; ++i) gloo::allreduce(opts);
   gloo::BarrierOptions barrier(ctx);
   barrier.setTag(tag);
   barrier.setTimeout(op_timeout(a));
   gloo::barrier(barrier);
 
-  const int repeats = dpg_bench::repeats_for(bytes, a.repeats);
+  const int repeats = dpg::bench::repeats_for_size(bytes, a.repeats);
   std::vector<double> times_us;
   times_us.reserve(repeats);
   for (int r = 0; r < repeats; ++r) {
@@ -123,62 +127,51 @@ int run_rank(int rank, const Args& a, const std::string& store_dir) {
   }
 }
 
-volatile sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
-
-// Waits for the ranks in `pids` (-1: not started), filling `status`. Once one fails the rest get
-// a short grace to report their own errors; past it, past the deadline or on a signal, the ones
-// still running are killed (only these PIDs). Returns true when all exited with status 0;
-// otherwise `reason` says why, unless it was already set.
-bool wait_for_ranks(const std::vector<pid_t>& started, std::vector<int>& status, double timeout_s,
-                    const char*& reason) {
-  std::vector<pid_t> pids = started;
+// Waits for the ranks, at most `timeout_s`. Once one fails the rest get a short grace to report
+// their own errors; past it, past the deadline or on a signal, the ones still running are killed
+// (only these PIDs). Returns true when all exited with status 0; otherwise `reason` says why,
+// unless it was already set.
+bool wait_for_ranks(std::vector<dpg::proc::Process>& ranks, double timeout_s,
+                    dpg::proc::SignalPipe& signals, const char*& reason) {
   const auto timeout = std::chrono::duration<double>(timeout_s);
   Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
   bool ok = true;
-  int running = 0;
-  for (pid_t p : pids) running += p > 0;
-  while (running > 0) {
-    bool reaped = false;
-    for (size_t rank = 0; rank < pids.size(); ++rank) {
-      int st = 0;
-      if (pids[rank] <= 0 || waitpid(pids[rank], &st, WNOHANG) != pids[rank]) continue;
-      status[rank] = st;
-      pids[rank] = 0;
-      --running;
-      reaped = true;
-      if (ok && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+  while (true) {
+    size_t running = 0;
+    for (auto& r : ranks) {
+      const auto status = r.poll();
+      if (!status) {
+        ++running;
+      } else if (ok && !dpg::proc::succeeded(*status)) {
         ok = false;
         if (reason == nullptr) reason = "a rank failed";
         deadline = std::min<Clock::time_point>(deadline, Clock::now() + std::chrono::seconds(2));
       }
     }
-    if (running == 0) break;
-    const bool signalled = g_signal != 0;
-    const bool late = Clock::now() > deadline;
-    if (signalled || late) {
+    if (running == 0) return ok;
+    const bool signalled = !signals.take().empty();
+    if (signalled || Clock::now() > deadline) {
       if (reason == nullptr) reason = signalled ? "interrupted by a signal" : "timed out";
-      for (size_t rank = 0; rank < pids.size(); ++rank) {
-        if (pids[rank] <= 0) continue;
-        kill(pids[rank], SIGKILL);
-        int st = 0;
-        while (waitpid(pids[rank], &st, 0) < 0 && errno == EINTR) {
-        }
-        status[rank] = st;
-        pids[rank] = 0;
-      }
+      for (auto& r : ranks) r.signal(SIGKILL);
+      for (auto& r : ranks) r.wait_until(Clock::now() + std::chrono::seconds(10));
       return false;
     }
-    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    pollfd p{signals.fd(), POLLIN, 0};
+    (void)::poll(&p, 1, 5);
   }
-  return ok;
 }
 
-const char* describe(int status, char* buf, size_t len) {
-  if (WIFEXITED(status)) std::snprintf(buf, len, "exit status %d", WEXITSTATUS(status));
-  else if (WIFSIGNALED(status)) std::snprintf(buf, len, "signal %d", WTERMSIG(status));
-  else std::snprintf(buf, len, "status %d", status);
-  return buf;
+// One rank, started by the launcher below.
+int rank_main(const Args& a) {
+  if (a.pin) {  // as dpgossip's --pin and mpirun's --bind-to core: rank r on CPU r mod count
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(a.rank % static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), &set);
+    sched_setaffinity(0, sizeof set, &set);
+  }
+  const int rc = run_rank(a.rank, a, a.store);
+  std::fflush(nullptr);
+  return rc;
 }
 
 }  // namespace
@@ -186,6 +179,13 @@ const char* describe(int status, char* buf, size_t len) {
 int main(int argc, char** argv) {
   Args a;
   if (const int rc = dpg_bench::parse_args(argc, argv, true, a); rc != 0) return rc == 1 ? 0 : 2;
+  if (a.rank >= 0 || !a.store.empty()) {
+    if (a.rank < 0 || a.store.empty() || a.rank >= a.peers) {
+      std::fprintf(stderr, "dpgossip-bench-gloo: --rank and --store go together, rank < --peers\n");
+      return 2;
+    }
+    return rank_main(a);
+  }
 
   char dir_template[] = "/tmp/dpgossip-bench-gloo-XXXXXX";
   const char* dir = mkdtemp(dir_template);
@@ -194,62 +194,44 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string store_dir = dir;
-
-  // The handlers only set a flag; each child puts the defaults back before doing anything.
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGHUP, &sa, nullptr);
-
-  std::fflush(nullptr);
-  const pid_t parent = getpid();
-  std::vector<pid_t> pids(a.peers, -1);
-  std::vector<int> status(a.peers, -1);  // wait status; -1: never started
+  std::vector<dpg::proc::Process> ranks;
+  std::vector<std::optional<int>> status(a.peers);  // wait status; none: never started or stuck
+  const char* reason = nullptr;
   bool failed = false;
-  for (int rank = 0; rank < a.peers; ++rank) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      signal(SIGTERM, SIG_DFL);
-      signal(SIGINT, SIG_DFL);
-      signal(SIGHUP, SIG_DFL);
-      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
-      if (getppid() != parent) _exit(1);
-      if (a.pin) {  // as dpgossip's --pin and mpirun's --bind-to core: rank r on CPU r mod count
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(rank % static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), &set);
-        sched_setaffinity(0, sizeof set, &set);
-      }
-      const int rc = run_rank(rank, a, store_dir);
-      std::fflush(nullptr);
-      _exit(rc);
+  try {
+    dpg::proc::SignalPipe signals({SIGTERM, SIGINT, SIGHUP});
+    std::vector<std::string> base(argv, argv + argc);
+    base.front() = dpg::proc::self_path().string();
+    for (int rank = 0; rank < a.peers; ++rank) {
+      std::vector<std::string> args = base;
+      args.insert(args.end(), {"--rank", std::to_string(rank), "--store", store_dir});
+      dpg::proc::SpawnOptions so;
+      so.what = "gloo rank " + std::to_string(rank);
+      so.stop_grace = std::chrono::seconds(2);
+      ranks.push_back(dpg::proc::Process::spawn({args, {}}, so));
     }
-    if (pid < 0) {
-      std::perror("dpgossip-bench-gloo: fork");
-      failed = true;
-      break;
-    }
-    pids[rank] = pid;
+    failed = !wait_for_ranks(ranks, a.timeout_s, signals, reason);
+  } catch (const std::exception& e) {
+    // A rank that cannot start: those started would wait for it until their timeout.
+    std::fprintf(stderr, "dpgossip-bench-gloo: %s\n", e.what());
+    reason = "a rank could not start";
+    failed = true;
+    for (auto& r : ranks) r.signal(SIGKILL);
   }
-
-  if (failed) {  // the ranks already started would wait for the missing ones until their timeout
-    for (pid_t p : pids) {
-      if (p > 0) kill(p, SIGKILL);
-    }
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    ranks[rank].wait_until(Clock::now() + std::chrono::seconds(10));
+    status[rank] = ranks[rank].status();
   }
-  const char* reason = failed ? "fork failed" : nullptr;
-  failed = !wait_for_ranks(pids, status, a.timeout_s, reason) || failed;
   std::error_code ec;
   std::filesystem::remove_all(store_dir, ec);
   if (failed) {
     std::fprintf(stderr, "dpgossip-bench-gloo: %s (timeout %.0f s)", reason ? reason : "failed",
                  a.timeout_s);
-    char buf[64];
     for (int rank = 0; rank < a.peers; ++rank) {
       std::fprintf(stderr, "%s rank %d: %s", rank == 0 ? ";" : ",", rank,
-                   status[rank] >= 0 ? describe(status[rank], buf, sizeof buf) : "not started");
+                   status[rank] ? dpg::proc::describe_status(*status[rank]).c_str()
+                                : rank < static_cast<int>(ranks.size()) ? "did not exit"
+                                                                        : "not started");
     }
     std::fprintf(stderr, "\n");
     return 1;

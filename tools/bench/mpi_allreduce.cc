@@ -24,13 +24,13 @@ bool run_size(const dpg_bench::Args& a, int rank, int n, long long bytes) {
   dpg_bench::fill_input(in, rank);
 
   // Out of place: the input stays the same across repeats, so the last output can be checked.
-  const int warmup = dpg_bench::repeats_for(bytes, a.warmup);  // scaled as the timed count
+  const int warmup = dpg::bench::repeats_for_size(bytes, a.warmup);  // scaled as the timed count
   for (int i = 0; i < warmup; ++i) {
     MPI_Allreduce(in.data(), out.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   }
   MPI_Barrier(MPI_COMM_WORLD);
 
-  const int repeats = dpg_bench::repeats_for(bytes, a.repeats);
+  const int repeats = dpg::bench::repeats_for_size(bytes, a.repeats);
   std::vector<double> times_us;
   times_us.reserve(repeats);
   for (int r = 0; r < repeats; ++r) {

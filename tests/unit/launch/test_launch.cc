@@ -158,7 +158,7 @@ TEST_CASE("launch: a child that ignores SIGTERM gets SIGKILL after the grace per
   for (pid_t pid : r.pids) CHECK(gone(pid));
 }
 
-TEST_CASE("launch: SIGINT and SIGTERM to the launcher stop every child; 128 + signal returned") {
+TEST_CASE("launch: SIGINT and SIGTERM to the launcher are passed on to every child") {
   struct sigaction before {};
   ::sigaction(SIGTERM, nullptr, &before);
   SuperviseOptions o;
@@ -167,13 +167,23 @@ TEST_CASE("launch: SIGINT and SIGTERM to the launcher stop every child; 128 + si
   Run r = run_children({sh("0", "exec sleep 60"), sh("1", "sleep 0.2; kill -INT $PPID; exec sleep 60")}, o);
   CHECK(r.rc == 130);
   CHECK(r.seconds < 2.0);
-  CHECK(contains(r.err, "got SIGINT; stopping 2 ranks"));
+  CHECK(contains(r.err, "got SIGINT; passing SIGINT to 2 ranks"));
+  // Each child got SIGINT itself (not the SIGTERM of a failure).
+  CHECK(contains(r.err, "rank 0 stopped: killed by SIGINT"));
+  CHECK(contains(r.err, "rank 1 stopped: killed by SIGINT"));
   for (pid_t pid : r.pids) CHECK(gone(pid));
 
   r = run_children({sh("0", "sleep 0.2; kill -TERM $PPID; exec sleep 60")}, o);
   CHECK(r.rc == 128 + SIGTERM);
-  CHECK(contains(r.err, "got SIGTERM; stopping 1 rank"));
+  CHECK(contains(r.err, "got SIGTERM; passing SIGTERM to 1 rank"));
+  CHECK(contains(r.err, "rank 0 stopped: killed by SIGTERM"));
   for (pid_t pid : r.pids) CHECK(gone(pid));
+
+  // A hang-up becomes SIGTERM, the signal peers stop gracefully on.
+  r = run_children({sh("0", "sleep 0.2; kill -HUP $PPID; exec sleep 60")}, o);
+  CHECK(r.rc == 128 + SIGHUP);
+  CHECK(contains(r.err, "got SIGHUP; passing SIGTERM to 1 rank"));
+  CHECK(contains(r.err, "rank 0 stopped: killed by SIGTERM"));
 
   // The handlers are gone afterwards: SIGTERM is back to its previous disposition.
   struct sigaction after {};
@@ -185,13 +195,35 @@ TEST_CASE("launch: SIGINT and SIGTERM to the launcher stop every child; 128 + si
 TEST_CASE("launch: a second signal to the launcher sends SIGKILL without waiting out the grace") {
   SuperviseOptions o;
   o.grace = std::chrono::milliseconds(20000);
+  // Rank 0 survives the forwarded SIGINT and asks for the second; rank 1 ignores it too.
   const Run r = run_children(
-      {sh("0", "trap '' TERM; kill -INT $PPID; sleep 0.3; kill -INT $PPID; exec sleep 60")}, o);
+      {sh("0", "trap '' INT TERM; sleep 0.2; kill -INT $PPID; sleep 0.3; kill -INT $PPID; exec sleep 60"),
+       sh("1", "trap '' INT TERM; exec sleep 60")},
+      o);
   CHECK(r.rc == 130);
   CHECK(r.seconds < 5.0);
-  CHECK(contains(r.err, "got SIGINT again; sending SIGKILL"));
+  CHECK(contains(r.err, "got SIGINT; passing SIGINT to 2 ranks"));
+  CHECK(contains(r.err, "got SIGINT again; sending SIGKILL to 2 ranks"));
   CHECK(contains(r.err, "rank 0 stopped: killed by SIGKILL"));
+  CHECK(contains(r.err, "rank 1 stopped: killed by SIGKILL"));
   for (pid_t pid : r.pids) CHECK(gone(pid));
+}
+
+TEST_CASE("launch: children run in process groups of their own") {
+  std::vector<pid_t> groups;
+  SuperviseOptions o;
+  o.on_start = [&groups](size_t, pid_t pid) { groups.push_back(::getpgid(pid)); };
+  std::vector<pid_t> pids;
+  auto record = o.on_start;
+  o.on_start = [&](size_t i, pid_t pid) {
+    pids.push_back(pid);
+    record(i, pid);
+  };
+  CHECK(dpg::app::supervise({sh("0", "sleep 0.1"), sh("1", "sleep 0.1")}, o) == 0);
+  REQUIRE(groups.size() == 2);
+  CHECK(groups[0] == pids[0]);
+  CHECK(groups[1] == pids[1]);
+  CHECK(groups[0] != ::getpgrp());
 }
 
 TEST_CASE("launch: environment, stdin from /dev/null, grandchildren holding a pipe") {
@@ -257,11 +289,6 @@ TEST_CASE("launch: local_children builds one command per local peer") {
   const std::string none = error(dpg::net::parse_hosts(remote, "h.json"), {"train"});
   CHECK(contains(none, "h.json: no peer is on this machine"));
   CHECK(contains(none, "192.0.2.1"));
-}
-
-TEST_CASE("launch: describe_status") {
-  CHECK(dpg::app::describe_status(3 << 8) == "exited with code 3");
-  CHECK(dpg::app::describe_status(SIGKILL) == "killed by SIGKILL");
 }
 
 TEST_CASE("launch: a SIGINT during start-up starts no more peers and stops those started") {

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <functional>
 #include <chrono>
-#include <cstdio>
-#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -12,9 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench_baseline.h"
+#include "apps/bench/row.h"
+#include "apps/bench/row_json.h"
 #include "apps/commands.h"
 #include "apps/parse.h"
+#include "apps/process/find.h"
+#include "apps/process/run.h"
 #include "dp/mechanism.h"
 #include "runtime/core/error.h"
 #include "runtime/core/json_io.h"
@@ -43,17 +44,8 @@ struct StepBenchOptions {
   bool json = false;
 };
 
-struct Row {
-  std::string backend, mode;
-  int threads = 0;
-  int batch = 0;
-  double samples_per_second = 0;
-};
-
-Json row_json(const Row& r) {
-  return {{"backend", r.backend}, {"mode", r.mode}, {"threads", r.threads}, {"batch", r.batch},
-          {"samples_per_second", r.samples_per_second}};
-}
+using bench::median;
+using Row = bench::StepRow;
 
 // Median samples/s over `repeats` timed windows of about `seconds / repeats` each.
 double time_steps(const model::MlpSpec& spec, bool dp, const StepBenchOptions& o) {
@@ -97,48 +89,47 @@ double time_steps(const model::MlpSpec& spec, bool dp, const StepBenchOptions& o
   return median(rates);
 }
 
-// The script as given, else beside the repository the executable was built in (build/apps/..).
-std::string find_script(const std::string& path) {
-  namespace fs = std::filesystem;
-  if (fs::exists(path) || fs::path(path).is_absolute()) return path;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const fs::path beside = exe.parent_path().parent_path().parent_path() / path;
-    if (fs::exists(beside)) return beside.string();
-  }
-  fail(Code::not_found, "--torch-script: " + path + " not found (run from the repository root)");
-}
-
+// The PyTorch baseline for one thread count, run without a shell: python, the script, its flags.
 std::vector<Row> torch_rows(const StepBenchOptions& o, int threads) {
-  std::ostringstream cmd;
-  cmd << "OMP_WAIT_POLICY=PASSIVE " << o.python << " " << find_script(o.torch_script) << " --widths " << o.widths
-      << " --activation " << o.activation << " --threads " << threads << " --batch " << o.batch
-      << " --seconds " << o.seconds << " --repeats " << o.repeats;
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.str().c_str(), "r"), pclose);
-  if (!pipe) fail(Code::failed_precondition, "bench: cannot run " + cmd.str());
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe.get()) != nullptr) out += buf;
-  const int status = pclose(pipe.release());
-  if (status != 0) {
-    fail(Code::failed_precondition, "bench: the PyTorch baseline failed (" + o.torch_script +
-                                        "; needs Debian's python3-torch): " + cmd.str());
+  // The script as given (from the repository root), else in the repository the executable was
+  // built in (build/apps/../..).
+  proc::Search search;
+  search.beside_self = {"../.."};
+  search.path = false;
+  search.executable = false;
+  const auto script = proc::find_program(o.torch_script, search);
+  if (!script)
+    fail(Code::not_found, "--torch-script: " + o.torch_script + " not found (looked in the " +
+                              "working folder and " + proc::where_searched(search) + ")");
+  std::ostringstream seconds;
+  seconds << o.seconds;
+  proc::Command cmd{{o.python, script->string(), "--widths", o.widths, "--activation",
+                     o.activation, "--threads", std::to_string(threads), "--batch",
+                     std::to_string(o.batch), "--seconds", seconds.str(), "--repeats",
+                     std::to_string(o.repeats)},
+                    {{"OMP_WAIT_POLICY", "PASSIVE"}}};
+  proc::RunOptions ro;
+  // Importing torch takes seconds on a busy machine; the timed part is 1.25 x --seconds.
+  ro.timeout = std::chrono::milliseconds(120'000 + static_cast<long long>(o.seconds * 2000));
+  ro.what = "bench: the PyTorch baseline";
+  const proc::RunResult r = proc::run(cmd, ro);
+  if (!proc::succeeded(r.status)) {
+    fail(Code::failed_precondition, "bench: the PyTorch baseline failed (" +
+                                        proc::describe_status(r.status) + "; " + o.torch_script +
+                                        " needs Debian's python3-torch; its messages are above)");
   }
-  std::vector<Row> rows;
-  std::istringstream lines(out);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty()) continue;
-    const Json j = Json::parse(line);
-    rows.push_back({"torch", j.at("mode"), j.at("threads"), j.at("batch"),
-                    j.at("samples_per_second")});
-  }
+  std::vector<Row> rows = bench::parse_step_rows(r.out, o.torch_script + " output");
+  if (rows.size() != 1 || rows[0].backend != "torch" || rows[0].threads != threads ||
+      rows[0].batch != o.batch)
+    fail(Code::data_loss, o.torch_script + " printed " + std::to_string(rows.size()) +
+                              " rows; expected one torch row for " + std::to_string(threads) +
+                              " threads, batch " + std::to_string(o.batch) + ": " + r.out);
   return rows;
 }
 
 void print_rows(const std::vector<Row>& rows, bool json) {
   if (json) {
-    for (const auto& r : rows) std::cout << row_json(r).dump() << "\n";
+    for (const auto& r : rows) std::cout << bench::to_json_line(r) << "\n";
     return;
   }
   std::cout << std::left << std::setw(10) << "backend" << std::setw(8) << "mode" << std::setw(9)

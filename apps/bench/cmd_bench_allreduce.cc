@@ -19,10 +19,13 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench_baseline.h"
+#include "apps/bench/bench_baseline.h"
+#include "apps/bench/row.h"
+#include "apps/bench/row_json.h"
 #include "apps/commands.h"
 #include "apps/launch.h"
 #include "apps/parse.h"
+#include "apps/process/find.h"
 #include "runtime/collective/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
@@ -35,6 +38,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using bench::AllreduceRow;
+using bench::make_row;
+using bench::median;
+using bench::repeats_for_size;
 
 struct AllreduceBenchOptions {
   int peers = 4;
@@ -121,19 +128,12 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   }
   if (rank != 0) return;
   std::string text;
-  for (const auto& r : rows) text += to_json(r).dump() + "\n";
+  for (const auto& r : rows) text += bench::to_json_line(r) + "\n";
   if (o.rows_out.empty()) {
     std::cout << text << std::flush;
   } else {
     write_file_atomic(o.rows_out, text);
   }
-}
-
-std::string exe_path() {
-  std::error_code ec;
-  auto p = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) fail(Code::failed_precondition, "cannot find this program's path: " + ec.message());
-  return p.string();
 }
 
 // Starts --peers N local peers of this program and returns rank 0's rows.
@@ -166,15 +166,13 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o) {
                                    "--timeout-s", timeout.str(), "--rows-out", rows_path};
   if (o.pin) args.push_back("--pin");
   if (o.progress_thread) args.push_back("--progress-thread");
-  const int rc = supervise(local_children(hosts, hosts_path, exe_path(), args));
+  const int rc = supervise(local_children(hosts, hosts_path, proc::self_path().string(), args));
   if (rc != 0) fail(Code::aborted, "the benchmark peers failed (exit " + std::to_string(rc) + ")");
   std::ifstream in(rows_path);
-  std::vector<AllreduceRow> rows;
-  std::string line;
-  while (std::getline(in, line)) {
-    rows.push_back(row_from_json(Json::parse(line), rows_path));
-  }
-  return rows;
+  if (!in.is_open()) fail(Code::data_loss, rows_path + ": rank 0 wrote no rows");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return bench::parse_allreduce_rows(text.str(), rows_path);
 }
 
 const AllreduceRow* find_row(const std::vector<AllreduceRow>& rows, const std::string& backend,
@@ -318,7 +316,7 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
     }
   }
   if (o.json) {
-    for (const auto& r : rows) std::cout << to_json(r).dump() << "\n";
+    for (const auto& r : rows) std::cout << bench::to_json_line(r) << "\n";
     for (const auto& q : ratios) {
       std::cout << Json{{"ratio", "busbw/" + q.over}, {"bytes", q.bytes}, {"median", q.median},
                         {"min", q.min}, {"max", q.max}, {"rounds", q.per_round.size()}}.dump()
