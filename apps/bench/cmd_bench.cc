@@ -42,13 +42,15 @@ struct StepBenchOptions {
   std::string torch_script = "tools/bench_torch_mlp.py";
   std::string python = "/usr/bin/python3";
   bool json = false;
+  bool secure_noise = false;  // also time the DP step with --secure-noise's generator
 };
 
 using bench::median;
 using Row = bench::StepRow;
 
 // Median samples/s over `repeats` timed windows of about `seconds / repeats` each.
-double time_steps(const model::MlpSpec& spec, bool dp, const StepBenchOptions& o) {
+// mode: "sgd", "dpsgd" or "dpsgd-secure" (the DP step with secure noise).
+double time_steps(const model::MlpSpec& spec, const std::string& mode, const StepBenchOptions& o) {
   model::Mlp mlp(spec, 1);
   model::Workspace ws;
   ws.resize(spec, o.batch);
@@ -57,7 +59,8 @@ double time_steps(const model::MlpSpec& spec, bool dp, const StepBenchOptions& o
   std::vector<std::int32_t> labels(o.batch);
   for (auto& l : labels) l = static_cast<std::int32_t>(rng.below(spec.classes));
   dp::MechanismOptions mo;
-  mo.enabled = dp;
+  mo.enabled = mode != "sgd";
+  mo.secure_noise = mode == "dpsgd-secure";
   mo.clip_norm = 1.0f;
   mo.noise_multiplier = 1.0;
   mo.expected_batch = o.batch;
@@ -132,10 +135,10 @@ void print_rows(const std::vector<Row>& rows, bool json) {
     for (const auto& r : rows) std::cout << bench::to_json_line(r) << "\n";
     return;
   }
-  std::cout << std::left << std::setw(10) << "backend" << std::setw(8) << "mode" << std::setw(9)
+  std::cout << std::left << std::setw(10) << "backend" << std::setw(14) << "mode" << std::setw(9)
             << "threads" << std::setw(7) << "batch" << "samples/s\n";
   for (const auto& r : rows) {
-    std::cout << std::left << std::setw(10) << r.backend << std::setw(8) << r.mode << std::setw(9)
+    std::cout << std::left << std::setw(10) << r.backend << std::setw(14) << r.mode << std::setw(9)
               << r.threads << std::setw(7) << r.batch << std::fixed << std::setprecision(0)
               << r.samples_per_second << "\n";
   }
@@ -152,7 +155,7 @@ double rate_of(const std::vector<Row>& rows, const std::string& backend, const s
 // Each ratio is taken within a round, between rows run back to back, then the median over rounds
 // is printed with the range.
 void print_ratios(const std::vector<std::vector<Row>>& runs, const std::vector<int>& threads,
-                  bool torch) {
+                  bool torch, bool secure) {
   auto line = [&](const char* what, const std::function<double(const std::vector<Row>&)>& f) {
     std::vector<double> v;
     for (const auto& run : runs) v.push_back(f(run));
@@ -165,6 +168,11 @@ void print_ratios(const std::vector<std::vector<Row>>& runs, const std::vector<i
     line(" dpsgd step / sgd step (time)", [&](const std::vector<Row>& r) {
       return rate_of(r, "dpgossip", "sgd", t) / rate_of(r, "dpgossip", "dpsgd", t);
     });
+    if (secure) {
+      line("; secure-noise dpsgd step / dpsgd step (time)", [&](const std::vector<Row>& r) {
+        return rate_of(r, "dpgossip", "dpsgd", t) / rate_of(r, "dpgossip", "dpsgd-secure", t);
+      });
+    }
     if (torch) {
       line("; dpgossip dpsgd / torch sgd", [&](const std::vector<Row>& r) {
         return rate_of(r, "dpgossip", "dpsgd", t) / rate_of(r, "torch", "sgd", t);
@@ -205,8 +213,10 @@ void run_step_bench(const StepBenchOptions& o) {
     std::vector<Row> rows;
     for (int t : threads) {
       model::set_blas_threads(t);
-      for (bool dp : {false, true}) {
-        rows.push_back({"dpgossip", dp ? "dpsgd" : "sgd", t, o.batch, time_steps(spec, dp, o)});
+      std::vector<std::string> modes = {"sgd", "dpsgd"};
+      if (o.secure_noise) modes.push_back("dpsgd-secure");
+      for (const auto& mode : modes) {
+        rows.push_back({"dpgossip", mode, t, o.batch, time_steps(spec, mode, o)});
       }
       if (o.baseline == "torch") {
         const auto torch = torch_rows(o, t);
@@ -229,7 +239,7 @@ void run_step_bench(const StepBenchOptions& o) {
     std::cout << "\n";
   }
   print_rows(rows, o.json);
-  if (!o.json) print_ratios(runs, threads, o.baseline == "torch");
+  if (!o.json) print_ratios(runs, threads, o.baseline == "torch", o.secure_noise);
 }
 
 }  // namespace
@@ -251,6 +261,8 @@ void add_bench(CLI::App& app) {
   step->add_option("--torch-script", o->torch_script, "path of the PyTorch script")->capture_default_str();
   step->add_option("--python", o->python, "Python interpreter with torch")->capture_default_str();
   step->add_flag("--json", o->json, "one JSON object per row");
+  step->add_flag("--secure-noise", o->secure_noise,
+                 "also time the DP step with secure noise (ChaCha20 from libcrypto)");
   step->callback([o] { run_step_bench(*o); });
   add_bench_allreduce(*bench);
 }
