@@ -292,8 +292,9 @@ Composed compose_direction(const std::vector<PoissonGaussian>& groups, Direction
   const auto dir_of = [&](const PoissonGaussian& g) {
     return g.q == 1.0 ? Direction::remove : dir;
   };
-  double interval = o.interval;
-  for (int attempt = 0; attempt < 2100; ++attempt) {
+  // Each pass at least doubles the interval, so this ends (a finite interval fits any finite
+  // loss range in two points).
+  for (double interval = o.interval; std::isfinite(interval);) {
     bool fits = true;
     for (const PoissonGaussian& g : groups)
       fits = fits && StepLoss(g.q, g.sigma, dir_of(g)).grid_points(interval) <=
