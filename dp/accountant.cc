@@ -71,14 +71,26 @@ double calibrate_noise_multiplier(double q, long long steps, double delta, doubl
   constexpr double kMaxSigma = 1e6;
   constexpr double kMinSigma = 1e-3;
   const auto eps = [&](double sigma) { return eval_sigma(q, steps, delta, sigma, kind); };
-  // Bracket the root: eps(lo) > target >= eps(hi). Epsilon decreases as sigma grows.
+  // Bracket the root: eps(lo) > target >= eps(hi). Epsilon decreases as sigma grows: from a
+  // sigma that meets the target, step down by `shrink`; from one that does not, double.
   double lo = 0.0;
   double hi = 1.0;
+  double shrink = 0.5;
+  if (kind == AccountantKind::pld && target_epsilon > rdp_epsilon_floor(delta)) {
+    // RDP's epsilon lies above PLD's, so RDP's sigma (0.02 s to find) meets the target, and
+    // PLD's is typically 5-10% below it: a bracket in two evaluations instead of a dozen.
+    try {
+      hi = calibrate_noise_multiplier(q, steps, delta, target_epsilon, AccountantKind::rdp);
+      shrink = 0.9;
+    } catch (const Error&) {
+      hi = 1.0;  // RDP finds none in its range: search PLD's own from 1
+    }
+  }
   if (eps(hi) <= target_epsilon) {
-    lo = hi / 2;
+    lo = hi * shrink;
     while (eps(lo) <= target_epsilon) {
       hi = lo;
-      lo /= 2;
+      lo *= shrink;
       if (lo < kMinSigma)
         bad_argument("target_epsilon " + str(target_epsilon) +
                      " is met by every noise multiplier >= " + str(hi));

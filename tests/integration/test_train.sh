@@ -57,6 +57,10 @@ if "$bin" train --data "$work/data" --delta 2 2>"$work/err.txt"; then
   echo "FAIL: delta 2 accepted"; exit 1
 fi
 grep -q "/delta" "$work/err.txt"
+if "$bin" train --data "$work/data" --accountant gdp 2>"$work/err.txt"; then
+  echo "FAIL: accountant gdp accepted"; exit 1
+fi
+grep -q "/accountant: expected pld or rdp" "$work/err.txt"
 # A diverging run stops with an error naming the step, instead of training on NaN.
 for mode in --no-dp --dp; do
   if "$bin" train --data "$work/data" $mode --activation relu --lr 1e30 --noise-multiplier 1 \
