@@ -1,4 +1,5 @@
-// The RDP accountant (and the Accountant's history and JSON) against Opacus's published figures and against an independent reference:
+// The RDP accountant (and the Accountant's history and JSON) against Opacus's published
+// figures and against an independent reference:
 // the Renyi divergence of the subsampled Gaussian computed by numerical quadrature of its
 // definition (long double), with the (epsilon, delta) conversion re-derived here.
 #include <doctest/doctest.h>
