@@ -187,7 +187,10 @@ std::shared_ptr<const StepPmf> step_pmf(const PoissonGaussian& g, Direction dir,
     bool pessimistic;
     std::shared_ptr<const StepPmf> pmf;
   };
+  // At most eight entries and 2^21 points in all (16 MiB): a pathological sigma's PMF of up to
+  // max_points is used and dropped rather than kept.
   constexpr std::size_t kEntries = 8;
+  constexpr std::size_t kPoints = std::size_t{1} << 21;
   thread_local std::vector<Entry> cache;
   for (std::size_t i = 0; i < cache.size(); ++i) {
     const Entry& e = cache[i];
@@ -200,8 +203,15 @@ std::shared_ptr<const StepPmf> step_pmf(const PoissonGaussian& g, Direction dir,
   }
   auto made = std::make_shared<const StepPmf>(
       make_step_pmf(StepLoss(g.q, g.sigma, dir), pessimistic, interval));
-  if (cache.size() == kEntries) cache.pop_back();
   cache.insert(cache.begin(), Entry{g.q, g.sigma, interval, dir, pessimistic, made});
+  std::size_t points = 0;
+  for (std::size_t i = 0; i < cache.size(); ++i) {
+    points += cache[i].pmf->pmf.probs.size();
+    if (i >= kEntries || points > kPoints) {
+      cache.resize(i);
+      break;
+    }
+  }
   return made;
 }
 

@@ -57,8 +57,8 @@
 // Pure in what it returns: no I/O, and every result depends on the arguments only. It keeps
 // state that only saves work: FFTW's plans, one per transform length, made under a mutex (FFTW's
 // planner is not thread-safe; executing plans is), and per thread the transform buffers and the
-// last eight one-step PMFs. Bad arguments throw dpg::Error(Code::invalid_argument) naming the
-// argument.
+// last eight one-step PMFs (at most 2^21 points in all). Bad arguments throw
+// dpg::Error(Code::invalid_argument) naming the argument.
 #pragma once
 
 #include <cstddef>
