@@ -1,5 +1,6 @@
-// `dpgossip privacy`: epsilon of DP-SGD with Poisson sampling (RDP accountant), or the smallest
-// noise multiplier that meets a target epsilon. See docs/PRIVACY.md.
+// `dpgossip privacy`: epsilon of DP-SGD with Poisson sampling (PLD or RDP accountant), or the
+// smallest noise multiplier that meets a target epsilon. See docs/PRIVACY.md.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <iomanip>
@@ -24,6 +25,7 @@ struct PrivacyFlags {
   long long steps = 0;
   double epochs = 0;
   double delta = 0;
+  std::string accountant = "pld";
   bool json = false;
   CLI::Option* sample_rate_opt = nullptr;
   CLI::Option* noise_multiplier_opt = nullptr;
@@ -74,40 +76,73 @@ void validate(const PrivacyFlags& f) {
     bad_flag("--delta must be in (0, 1), got " + exact(f.delta));
 }
 
+// What the chosen accountant says about (q, sigma, steps): the epsilon reported, and for PLD
+// the optimistic estimate below it, for RDP the best order.
+struct Report {
+  dp::PrivacySpent spent;
+  double optimistic = 0;  // PLD only
+  double interval = 0;    // PLD only: the grid interval used
+  bool edge = false;      // RDP only: the best order is at the edge of the grid
+};
+
+Report evaluate(const PrivacyFlags& f, dp::AccountantKind kind, double sigma, long long steps) {
+  Report r;
+  if (kind == dp::AccountantKind::pld) {
+    // What epsilon_for(..., pld) reports, with the optimistic estimate beside it.
+    const dp::PoissonGaussian run{f.sample_rate, sigma, steps};
+    const dp::PldResult upper = dp::pld_epsilon({&run, 1}, f.delta, dp::PldEstimate::pessimistic);
+    const dp::PldResult lower = dp::pld_epsilon({&run, 1}, f.delta, dp::PldEstimate::optimistic);
+    r.spent = {upper.value, std::nan("")};
+    r.optimistic = lower.value;
+    r.interval = std::max(upper.interval, lower.interval);
+  } else {
+    r.spent = dp::epsilon_for(f.sample_rate, sigma, steps, f.delta, kind);
+    r.edge = dp::at_grid_edge(dp::default_orders(), r.spent.best_alpha);
+  }
+  return r;
+}
+
 void run_privacy(const PrivacyFlags& f) {
   validate(f);
+  const dp::AccountantKind kind = dp::parse_accountant_kind(f.accountant);
   const long long steps =
       given(f.steps_opt) ? f.steps : dp::steps_for_epochs(f.epochs, f.sample_rate);
   double sigma = f.noise_multiplier;
   if (given(f.target_epsilon_opt)) {
     try {
-      sigma = dp::calibrate_noise_multiplier(f.sample_rate, steps, f.delta, f.target_epsilon);
+      sigma = dp::calibrate_noise_multiplier(f.sample_rate, steps, f.delta, f.target_epsilon, kind);
     } catch (const Error& e) {
       fail(e.code(), std::string("--target-epsilon: ") + e.what());
     }
   }
-  const dp::PrivacySpent spent = dp::epsilon_for(f.sample_rate, sigma, steps, f.delta);
-  const bool edge = dp::at_grid_edge(dp::default_orders(), spent.best_alpha);
-  if (edge)
+  const Report r = evaluate(f, kind, sigma, steps);
+  const bool pld = kind == dp::AccountantKind::pld;
+  if (r.edge)
     DPG_WARN("privacy: the best RDP order (alpha = "
-             << spent.best_alpha << ") is at the edge of the order grid [1.1, 63]; the true "
+             << r.spent.best_alpha << ") is at the edge of the order grid [1.1, 63]; the true "
              << "epsilon may be smaller than reported (the bound stays valid)");
 
   if (f.json) {
-    nlohmann::json j = {{"accountant", "poisson_gaussian_rdp"},
-                        {"epsilon", spent.epsilon},
-                        {"best_alpha", spent.best_alpha},
-                        {"best_alpha_at_grid_edge", edge},
+    nlohmann::json j = {{"accountant", f.accountant},
+                        {"epsilon", r.spent.epsilon},
                         {"noise_multiplier", sigma},
                         {"sample_rate", f.sample_rate},
                         {"steps", steps},
                         {"delta", f.delta}};
+    if (pld) {
+      j["epsilon_optimistic"] = r.optimistic;
+      j["interval"] = r.interval;
+    } else {
+      j["best_alpha"] = r.spent.best_alpha;
+      j["best_alpha_at_grid_edge"] = r.edge;
+    }
     if (given(f.epochs_opt)) j["epochs"] = f.epochs;
     if (given(f.target_epsilon_opt)) j["target_epsilon"] = f.target_epsilon;
     std::cout << j.dump() << "\n";
     return;
   }
-  std::cout << "Poisson-subsampled Gaussian, RDP accountant (add/remove adjacency)\n";
+  std::cout << "Poisson-subsampled Gaussian, " << (pld ? "PLD" : "RDP")
+            << " accountant (add/remove adjacency)\n";
   std::cout << "  sample rate        " << fmt(f.sample_rate) << "\n";
   if (given(f.epochs_opt))
     std::cout << "  steps              " << steps << "  (ceil(" << fmt(f.epochs) << " epochs / "
@@ -121,9 +156,15 @@ void run_privacy(const PrivacyFlags& f) {
   } else {
     std::cout << "  noise multiplier   " << fmt(sigma) << "\n";
   }
-  std::cout << "  epsilon            " << fmt(spent.epsilon) << "\n";
-  std::cout << "  best RDP order     " << fmt(spent.best_alpha) << (edge ? "  (grid edge)" : "")
+  std::cout << "  epsilon            " << fmt(r.spent.epsilon) << (pld ? "  (upper bound)" : "")
             << "\n";
+  if (pld) {
+    std::cout << "  optimistic         " << fmt(r.optimistic)
+              << "  (the true epsilon lies between; grid " << fmt(r.interval) << ")\n";
+  } else {
+    std::cout << "  best RDP order     " << fmt(r.spent.best_alpha)
+              << (r.edge ? "  (grid edge)" : "") << "\n";
+  }
 }
 
 }  // namespace
@@ -132,7 +173,7 @@ void add_privacy(CLI::App& app) {
   auto flags = std::make_shared<PrivacyFlags>();
   CLI::App* cmd = app.add_subcommand(
       "privacy",
-      "Epsilon of DP-SGD with Poisson sampling (RDP, Opacus's orders), or with "
+      "Epsilon of DP-SGD with Poisson sampling (PLD, or RDP as Opacus), or with "
       "--target-epsilon the smallest noise multiplier that meets a target");
   flags->sample_rate_opt = cmd->add_option("--sample-rate", flags->sample_rate,
                                            "Poisson sampling rate q in (0, 1]");
@@ -146,6 +187,10 @@ void add_privacy(CLI::App& app) {
   flags->epochs_opt = cmd->add_option("--epochs", flags->epochs,
                                       "instead of --steps: steps = ceil(epochs / sample rate)");
   flags->delta_opt = cmd->add_option("--delta", flags->delta, "delta in (0, 1)");
+  cmd->add_option("--accountant", flags->accountant,
+                  "pld (privacy loss distributions: tight, the default) or rdp (Renyi DP, as "
+                  "Opacus's RDPAccountant)")
+      ->check(CLI::IsMember({"pld", "rdp"}));
   cmd->add_flag("--json", flags->json, "print one JSON object instead of text");
   cmd->callback([flags] { run_privacy(*flags); });
 }

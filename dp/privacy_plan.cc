@@ -36,6 +36,7 @@ PrivacyPlan plan_privacy(const PlanInputs& in) {
   p.release = in.release;
   p.peers = static_cast<int>(in.shard_rows.size());
   p.delta = in.delta;
+  p.accountant = in.accountant;
   p.q = in.batch_size / total;
   p.steps = steps_for_epochs(in.epochs, p.q);
   const double n = static_cast<double>(p.peers);
@@ -61,7 +62,7 @@ PrivacyPlan plan_privacy(const PlanInputs& in) {
   p.sigma = in.noise_multiplier > 0
                 ? in.noise_multiplier
                 : calibrate_noise_multiplier(p.accountant_q(), p.steps, in.delta,
-                                             in.target_epsilon);
+                                             in.target_epsilon, in.accountant);
   const double root_n = std::sqrt(n);
   if (in.release == Release::own) {
     p.peer_sigma = p.model_sigma = p.message_sigma = p.sigma;
@@ -76,17 +77,18 @@ PrivacyPlan plan_privacy(const PlanInputs& in) {
 }
 
 PrivacySpent PrivacyPlan::model_after(long long t) const {
-  return dp ? epsilon_for(accountant_q(), model_sigma, t, delta) : no_dp();
+  return dp ? epsilon_for(accountant_q(), model_sigma, t, delta, accountant) : no_dp();
 }
 
 PrivacySpent PrivacyPlan::messages_after(long long t) const {
-  return dp ? epsilon_for(accountant_q(), message_sigma, t, delta) : no_dp();
+  return dp ? epsilon_for(accountant_q(), message_sigma, t, delta, accountant) : no_dp();
 }
 
 std::vector<double> PrivacyPlan::peer_epsilons_after(long long t) const {
   std::vector<double> out;
   for (double qj : peer_q) {
-    out.push_back(dp ? epsilon_for(qj, model_sigma, t, delta).epsilon : no_dp().epsilon);
+    out.push_back(dp ? epsilon_for(qj, model_sigma, t, delta, accountant).epsilon
+                     : no_dp().epsilon);
   }
   return out;
 }

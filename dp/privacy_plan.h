@@ -41,6 +41,7 @@ struct PlanInputs {
   double noise_multiplier = 0;       // given sigma; 0 = calibrate to target_epsilon
   double target_epsilon = 0;
   double delta = 1e-5;
+  AccountantKind accountant = AccountantKind::pld;  // calibrates sigma and reports epsilon
 };
 
 struct PrivacyPlan {
@@ -58,15 +59,16 @@ struct PrivacyPlan {
   double message_sigma = 0;          // protecting it in that peer's messages
   int worst_peer = 0;                // the peer whose data is least protected (highest rate)
   double delta = 0;
+  AccountantKind accountant = AccountantKind::pld;  // what every epsilon below is computed by
 
   // Epsilon of the worst peer's data after `t` steps, for the model and for its messages
-  // (+inf without DP, 0 before the first step).
+  // (+inf without DP, 0 before the first step), by the plan's accountant.
   PrivacySpent model_after(long long t) const;
   PrivacySpent messages_after(long long t) const;
   // Each peer's epsilon for its data in the model after `t` steps.
   std::vector<double> peer_epsilons_after(long long t) const;
-  // The accountant every peer steps once per step for the model: the worst peer's rate and the
-  // model's multiplier; its spent() equals model_after(steps()).
+  // The account every peer steps once per step for the model: the worst peer's rate and the
+  // model's multiplier, of the plan's kind; its spent() equals model_after(steps()).
   double accountant_q() const { return peer_q[static_cast<std::size_t>(worst_peer)]; }
 };
 

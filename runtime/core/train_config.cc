@@ -28,6 +28,9 @@ std::string to_string(LrSchedule s) {
   return std::string(EnumNames<LrSchedule>::names[static_cast<int>(s)]);
 }
 std::string to_string(Init i) { return std::string(EnumNames<Init>::names[static_cast<int>(i)]); }
+std::string to_string(PrivacyAccountant a) {
+  return std::string(EnumNames<PrivacyAccountant>::names[static_cast<int>(a)]);
+}
 
 namespace {
 
@@ -322,6 +325,9 @@ std::vector<ConfigField> make_table() {
       field(&C::target_epsilon, "target_epsilon", "--target-epsilon",
             "calibrate sigma to this epsilon"),
       field(&C::delta, "delta", "--delta", "delta", probability()),
+      field(&C::accountant, "accountant", "--accountant",
+            "privacy accountant calibrating sigma and reporting epsilon: pld (privacy loss "
+            "distributions, tight) or rdp (Renyi DP, as Opacus)"),
       field(&C::seed, "seed", "--seed", "seed for the initialisation"),
       field(&C::noise_seed, "noise_seed", "--noise-seed",
             "seed for sampling and noise (0: secret, from the OS; set only to reproduce a run, "

@@ -30,6 +30,8 @@ enum class Sampling { poisson, shuffle };
 enum class TopologyWeights { metropolis, uniform, lazy };
 enum class LrSchedule { constant, cosine };
 enum class Init { same, independent };
+// pld: privacy loss distributions (tight); rdp: Renyi DP as Opacus (looser). docs/PRIVACY.md.
+enum class PrivacyAccountant { pld, rdp };
 
 // The strings of each enum, in declaration order: what JSON, the flags and to_string use.
 template <class E> struct EnumNames;
@@ -55,6 +57,9 @@ template <> struct EnumNames<LrSchedule> {
 template <> struct EnumNames<Init> {
   static constexpr std::string_view names[] = {"same", "independent"};
 };
+template <> struct EnumNames<PrivacyAccountant> {
+  static constexpr std::string_view names[] = {"pld", "rdp"};
+};
 
 std::string to_string(Algo a);
 std::string to_string(Activation a);
@@ -63,6 +68,7 @@ std::string to_string(Sampling s);
 std::string to_string(TopologyWeights w);
 std::string to_string(LrSchedule s);
 std::string to_string(Init i);
+std::string to_string(PrivacyAccountant a);
 
 // "relu or tanh", "single, allreduce, ... or ad-psgd".
 template <class E> std::string enum_choices() {
@@ -114,6 +120,9 @@ struct TrainConfig {
   double noise_multiplier = 0.0;             // 0: calibrate to target_epsilon
   double target_epsilon = 3.0;
   double delta = 1e-5;
+  // Calibrates sigma to target_epsilon and computes every reported epsilon: pld (privacy loss
+  // distributions, the tight default) or rdp (Renyi DP, as Opacus; needs more noise).
+  PrivacyAccountant accountant = PrivacyAccountant::pld;
   std::uint64_t seed = 0;                    // initialisation
   // Seeds the Poisson sampler and the noise. 0 (default): drawn from the OS at start and never
   // printed, because the guarantee needs the noise and the batch membership to be secret. Set it

@@ -58,7 +58,9 @@ struct RunState {
                    .secure_noise = c.secure_noise},
                   noise_seed, static_cast<std::uint64_t>(rank)),
         sgd(model.num_params(),
-            {.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}) {
+            {.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}),
+        accountant(plan.accountant),
+        message_accountant(plan.accountant) {
     const double q = plan.peer_q[static_cast<std::size_t>(rank)];
     const Rng rng(noise_seed, stream_for(stream::kSampler, static_cast<std::uint64_t>(rank)));
     if (c.sampling == Sampling::poisson) {
@@ -79,8 +81,8 @@ struct RunState {
   Sgd sgd;
   std::optional<ParamAverage> ema;
   std::unique_ptr<Algorithm> algorithm;
-  dp::RdpAccountant accountant;          // the released model, for the worst peer's data
-  dp::RdpAccountant message_accountant;  // the worst peer's messages
+  dp::Accountant accountant;          // the released model, for the worst peer's data
+  dp::Accountant message_accountant;  // the worst peer's messages
   std::optional<PoissonSampler> poisson;
   std::optional<ShuffleSampler> shuffle;
   std::vector<std::int32_t> labels;
@@ -130,6 +132,8 @@ Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicat
   in.noise_multiplier = config_.noise_multiplier;
   in.target_epsilon = config_.target_epsilon;
   in.delta = config_.delta;
+  in.accountant = config_.accountant == PrivacyAccountant::pld ? dp::AccountantKind::pld
+                                                               : dp::AccountantKind::rdp;
   try {
     plan_ = dp::plan_privacy(in);
   } catch (const Error& e) {

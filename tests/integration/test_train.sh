@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # dpgossip train end to end on Fashion-MNIST: summary keys, metrics lines, epsilon equal to what
-# `dpgossip privacy` says for the same q, sigma and steps, and config errors naming the field.
+# `dpgossip privacy` says for the same q, sigma, steps and accountant, and config errors naming
+# the field.
 set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -24,14 +25,16 @@ assert lines[-1]["test_accuracy"] == s["test_accuracy"] == every[-1]["test_accur
 assert lines[0]["epsilon"] < lines[1]["epsilon"]
 ' "$work/summary.json" "$work/m.jsonl"
 
-# The accountant in the summary and the privacy command agree.
-read -r q sigma steps eps < <(py '
+# The accountant in the summary and the privacy command, run with the same accountant, agree.
+read -r q sigma steps eps accountant < <(py '
 import json, sys
 s = json.load(open(sys.argv[1]))
-print(repr(s["sample_rate"]), repr(s["noise_multiplier"]), s["steps"], repr(s["epsilon"]))
+assert s["config"]["accountant"] == s["accountant"]["accountant"] == "pld", s["accountant"]
+print(repr(s["sample_rate"]), repr(s["noise_multiplier"]), s["steps"], repr(s["epsilon"]),
+      s["config"]["accountant"])
 ' "$work/summary.json")
-"$bin" privacy --sample-rate "$q" --noise-multiplier "$sigma" --steps "$steps" --delta 1e-5 --json \
-  >"$work/privacy.json"
+"$bin" privacy --accountant "$accountant" --sample-rate "$q" --noise-multiplier "$sigma" \
+  --steps "$steps" --delta 1e-5 --json >"$work/privacy.json"
 py '
 import json, sys
 p = json.load(open(sys.argv[1]))
@@ -54,6 +57,10 @@ if "$bin" train --data "$work/data" --delta 2 2>"$work/err.txt"; then
   echo "FAIL: delta 2 accepted"; exit 1
 fi
 grep -q "/delta" "$work/err.txt"
+if "$bin" train --data "$work/data" --accountant gdp 2>"$work/err.txt"; then
+  echo "FAIL: accountant gdp accepted"; exit 1
+fi
+grep -q "/accountant: expected pld or rdp" "$work/err.txt"
 # A diverging run stops with an error naming the step, instead of training on NaN.
 for mode in --no-dp --dp; do
   if "$bin" train --data "$work/data" $mode --activation relu --lr 1e30 --noise-multiplier 1 \

@@ -63,6 +63,7 @@ dpg::TrainConfig unusual() {
   c.local_steps = 8;
   c.bucket_bytes = 1 << 20;
   c.trace = "t.json";
+  c.accountant = dpg::PrivacyAccountant::rdp;
   return c;
 }
 
@@ -90,6 +91,7 @@ TEST_CASE("train config: the defaults are the recipe's") {
   const dpg::TrainConfig c = dpg::train_config_from_json(dpg::Json::object(), "cfg.json:");
   CHECK(c.algo == dpg::Algo::single);
   CHECK(c.activation == dpg::Activation::tanh);
+  CHECK(c.accountant == dpg::PrivacyAccountant::pld);
   CHECK(c.servers == 1);
   CHECK(c.max_staleness == 4);
   CHECK(c.local_steps == 4);
@@ -113,6 +115,7 @@ TEST_CASE("train config: a bad enum value names the path and the choices") {
   CHECK(has(e, "\"gosip\""));
   CHECK(has(error_of({{"activation", "sigmoid"}}), "cfg.json:/activation: expected relu or tanh"));
   CHECK(has(error_of({{"sampling", 3}}), "cfg.json:/sampling: expected a string"));
+  CHECK(has(error_of({{"accountant", "prv"}}), "cfg.json:/accountant: expected pld or rdp"));
   for (const char* a : {"single", "allreduce", "gossip", "ps-sync", "ps-async", "local-sgd",
                         "ad-psgd"}) {
     CHECK(dpg::to_string(dpg::train_config_from_json({{"algo", a}}, "x").algo) == a);

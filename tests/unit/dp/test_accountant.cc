@@ -1,4 +1,5 @@
-// The RDP accountant against Opacus's published figures and against an independent reference:
+// The RDP accountant (and the Accountant's history and JSON) against Opacus's published
+// figures and against an independent reference:
 // the Renyi divergence of the subsampled Gaussian computed by numerical quadrature of its
 // definition (long double), with the (epsilon, delta) conversion re-derived here.
 #include <doctest/doctest.h>
@@ -16,6 +17,7 @@
 
 namespace dp = dpg::dp;
 using ld = long double;
+constexpr dp::AccountantKind kRdp = dp::AccountantKind::rdp;
 
 namespace {
 
@@ -143,7 +145,7 @@ TEST_CASE("default orders are Opacus's: 1.1..10.9 by 0.1, then 12..63") {
 }
 
 TEST_CASE("Opacus reference: q=0.04, sigma=1.5, 2250 steps, delta=1e-5") {
-  const dp::PrivacySpent s = dp::epsilon_for(0.04, 1.5, 2250, 1e-5);
+  const dp::PrivacySpent s = dp::epsilon_for(0.04, 1.5, 2250, 1e-5, kRdp);
   CHECK(rel_err(s.epsilon, 7.32911117143L) < 1e-6);
   CHECK_FALSE(dp::at_grid_edge(dp::default_orders(), s.best_alpha));
 }
@@ -156,40 +158,43 @@ TEST_CASE("calibration against Opacus's get_noise_multiplier") {
   };
   for (const Case c : {Case{2250, 1.416}, Case{2000, 1.3562}}) {
     CAPTURE(c.steps);
-    const double sigma = dp::calibrate_noise_multiplier(0.04, c.steps, 1e-5, 8.0);
+    const double sigma = dp::calibrate_noise_multiplier(0.04, c.steps, 1e-5, 8.0, kRdp);
     // Opacus's exact outputs are 1.416015625 and 1.35620117..., printed to 3 and 4 decimals.
     const double opacus_exact = c.steps == 2250 ? 1.416015625 : 1.3562011719;
     CHECK(std::fabs(opacus_exact - c.opacus) < 5e-4);
     CHECK(sigma <= opacus_exact);
     CHECK(sigma >= opacus_exact * (1 - 5e-3));
-    CHECK(dp::epsilon_for(0.04, sigma, c.steps, 1e-5).epsilon <= 8.0);
-    CHECK(dp::epsilon_for(0.04, sigma * (1 - 2e-3), c.steps, 1e-5).epsilon > 8.0);
+    CHECK(dp::epsilon_for(0.04, sigma, c.steps, 1e-5, kRdp).epsilon <= 8.0);
+    CHECK(dp::epsilon_for(0.04, sigma * (1 - 2e-3), c.steps, 1e-5, kRdp).epsilon > 8.0);
   }
   CHECK(dp::steps_for_epochs(90, 0.04) == 2250);
 }
 
 TEST_CASE("calibration edge cases") {
   // Easy targets give small multipliers; the bracket also searches downwards from 1.
-  const double small = dp::calibrate_noise_multiplier(0.5, 10, 1e-5, 30.0);
+  const double small = dp::calibrate_noise_multiplier(0.5, 10, 1e-5, 30.0, kRdp);
   CHECK(small < 1.0);
-  CHECK(dp::epsilon_for(0.5, small, 10, 1e-5).epsilon <= 30.0);
-  CHECK(dp::epsilon_for(0.5, small * (1 - 2e-3), 10, 1e-5).epsilon > 30.0);
+  CHECK(dp::epsilon_for(0.5, small, 10, 1e-5, kRdp).epsilon <= 30.0);
+  CHECK(dp::epsilon_for(0.5, small * (1 - 2e-3), 10, 1e-5, kRdp).epsilon > 30.0);
   // Large multipliers: q = 1, many steps.
-  const double large = dp::calibrate_noise_multiplier(1.0, 100000, 1e-6, 1.0);
+  const double large = dp::calibrate_noise_multiplier(1.0, 100000, 1e-6, 1.0, kRdp);
   CHECK(large > 100.0);
-  CHECK(dp::epsilon_for(1.0, large, 100000, 1e-6).epsilon <= 1.0);
+  CHECK(dp::epsilon_for(1.0, large, 100000, 1e-6, kRdp).epsilon <= 1.0);
   // Below what orders up to 63 can certify at this delta, no noise is enough.
-  CHECK(contains(error_message([] { dp::calibrate_noise_multiplier(0.01, 100, 1e-5, 0.05); }),
-                 "target_epsilon"));
-  CHECK(contains(error_message([] { dp::calibrate_noise_multiplier(0, 100, 1e-5, 1); }), "q"));
-  CHECK(contains(error_message([] { dp::calibrate_noise_multiplier(0.1, 0, 1e-5, 1); }),
+  CHECK(contains(
+      error_message([] { dp::calibrate_noise_multiplier(0.01, 100, 1e-5, 0.05, kRdp); }),
+      "target_epsilon"));
+  CHECK(contains(error_message([] { dp::calibrate_noise_multiplier(0, 100, 1e-5, 1, kRdp); }),
+                 "q"));
+  CHECK(contains(error_message([] { dp::calibrate_noise_multiplier(0.1, 0, 1e-5, 1, kRdp); }),
                  "steps"));
-  CHECK(contains(error_message([] { dp::calibrate_noise_multiplier(0.1, 10, 1, 1); }), "delta"));
+  CHECK(contains(error_message([] { dp::calibrate_noise_multiplier(0.1, 10, 1, 1, kRdp); }),
+                 "delta"));
 }
 
 TEST_CASE("calibration is fast") {
   const auto t0 = std::chrono::steady_clock::now();
-  dp::calibrate_noise_multiplier(0.001, 50000, 1e-6, 2.0);
+  dp::calibrate_noise_multiplier(0.001, 50000, 1e-6, 2.0, kRdp);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(s < 1.0);  // about 0.005 s measured; generous for loaded CI machines
 }
@@ -239,7 +244,7 @@ TEST_CASE("epsilon over a grid of (q, sigma, steps, delta) against quadrature") 
           CAPTURE(s);
           CAPTURE(steps);
           CAPTURE(delta);
-          const dp::PrivacySpent got = dp::epsilon_for(q, s, steps, delta);
+          const dp::PrivacySpent got = dp::epsilon_for(q, s, steps, delta, kRdp);
           const RefSpent want = reference_epsilon(orders, ref, steps, delta);
           const double e = rel_err(got.epsilon, want.epsilon);
           CHECK(e < 5e-5);
@@ -285,8 +290,8 @@ TEST_CASE("arguments are checked and named") {
   CHECK(contains(error_message([] { dp::rdp_subsampled_gaussian(0.1, 0, 2); }), "sigma"));
   CHECK(contains(error_message([] { dp::rdp_subsampled_gaussian(0.1, NAN, 2); }), "sigma"));
   CHECK(contains(error_message([] { dp::rdp_subsampled_gaussian(0.1, 1, 1); }), "alpha"));
-  CHECK(contains(error_message([] { dp::epsilon_for(0.1, 1, -1, 1e-5); }), "steps"));
-  CHECK(contains(error_message([] { dp::epsilon_for(0.1, 1, 10, 1.5); }), "delta"));
+  CHECK(contains(error_message([] { dp::epsilon_for(0.1, 1, -1, 1e-5, kRdp); }), "steps"));
+  CHECK(contains(error_message([] { dp::epsilon_for(0.1, 1, 10, 1.5, kRdp); }), "delta"));
   CHECK(contains(error_message([] { dp::steps_for_epochs(0, 0.1); }), "epochs"));
   CHECK(contains(error_message([] { dp::steps_for_epochs(1, 0); }), "q"));
 }
@@ -299,18 +304,18 @@ TEST_CASE("steps_for_epochs rounds up, forgiving binary rounding") {
   CHECK(dp::steps_for_epochs(1, 256.0 / 60000.0) == 235);  // 234.375
 }
 
-TEST_CASE("RdpAccountant: steps compose, merge, and match epsilon_for") {
-  dp::RdpAccountant one_by_one;
+TEST_CASE("Accountant (RDP): steps compose, merge, and match epsilon_for") {
+  dp::Accountant one_by_one(kRdp);
   for (int i = 0; i < 100; ++i) one_by_one.step(0.01, 1.1);
-  dp::RdpAccountant at_once;
+  dp::Accountant at_once(kRdp);
   at_once.step(0.01, 1.1, 100);
   CHECK(one_by_one == at_once);
   CHECK(one_by_one.history().size() == 1);
   CHECK(one_by_one.steps() == 100);
   CHECK(one_by_one.spent(1e-5).epsilon == at_once.spent(1e-5).epsilon);
-  CHECK(at_once.spent(1e-5).epsilon == dp::epsilon_for(0.01, 1.1, 100, 1e-5).epsilon);
+  CHECK(at_once.spent(1e-5).epsilon == dp::epsilon_for(0.01, 1.1, 100, 1e-5, kRdp).epsilon);
 
-  dp::RdpAccountant empty;
+  dp::Accountant empty(kRdp);
   CHECK(empty.steps() == 0);
   CHECK(empty.spent(1e-5).epsilon == 0.0);
   empty.step(0.0, 1.0, 5);  // q = 0 reveals nothing
@@ -319,7 +324,7 @@ TEST_CASE("RdpAccountant: steps compose, merge, and match epsilon_for") {
   CHECK(empty.history().size() == 1);
 
   // Epsilon never decreases as steps accumulate.
-  dp::RdpAccountant acc;
+  dp::Accountant acc(kRdp);
   double last = 0;
   for (int i = 0; i < 40; ++i) {
     acc.step(0.02, 1.0, 25);
@@ -329,7 +334,7 @@ TEST_CASE("RdpAccountant: steps compose, merge, and match epsilon_for") {
   }
 
   // Heterogeneous history: RDP adds across segments, whatever their order.
-  dp::RdpAccountant mixed;
+  dp::Accountant mixed(kRdp);
   mixed.step(0.01, 1.0, 300);
   mixed.step(0.05, 2.0, 200);
   mixed.step(0.01, 1.0, 100);
@@ -342,37 +347,59 @@ TEST_CASE("RdpAccountant: steps compose, merge, and match epsilon_for") {
         doctest::Approx(dp::rdp_to_epsilon(orders, sum, 1e-5).epsilon).epsilon(1e-12));
 }
 
-TEST_CASE("RdpAccountant: spent() for 50,000 steps costs one evaluation per (q, sigma)") {
-  dp::RdpAccountant acc;
+TEST_CASE("Accountant (RDP): spent() for 50,000 steps costs one evaluation per (q, sigma)") {
+  dp::Accountant acc(kRdp);
   for (int i = 0; i < 50000; ++i) acc.step(i % 2 ? 0.01 : 0.02, 1.0);  // 50,000 segments
   CHECK(acc.history().size() == 50000);
   const auto t0 = std::chrono::steady_clock::now();
   const double eps = acc.spent(1e-5).epsilon;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(s < 0.5);  // a few milliseconds measured
-  dp::RdpAccountant grouped;
+  dp::Accountant grouped(kRdp);
   grouped.step(0.01, 1.0, 25000);
   grouped.step(0.02, 1.0, 25000);
   CHECK(eps == doctest::Approx(grouped.spent(1e-5).epsilon).epsilon(1e-12));
 }
 
-TEST_CASE("RdpAccountant: JSON round trip and validation") {
-  dp::RdpAccountant acc;
+TEST_CASE("Accountant: JSON round trip, the earlier format, and validation") {
+  dp::Accountant acc(kRdp);
   acc.step(0.01, 1.1, 1234);
   acc.step(1.0 / 3.0, 0.7 + 1e-12, 7);
   const nlohmann::json j = acc.to_json();
-  CHECK(j.at("mechanism") == "poisson_gaussian_rdp");
+  CHECK(j.at("mechanism") == "poisson_gaussian");
+  CHECK(j.at("accountant") == "rdp");
   CHECK(j.at("history").size() == 2);
   CHECK(j.at("history")[1].at("steps") == 7);
-  const dp::RdpAccountant back = dp::RdpAccountant::from_json(nlohmann::json::parse(j.dump()));
+  const dp::Accountant back = dp::Accountant::from_json(nlohmann::json::parse(j.dump()));
   CHECK(back == acc);
+  CHECK(back.kind() == kRdp);
   CHECK(back.steps() == 1241);
   CHECK(back.spent(1e-5).epsilon == acc.spent(1e-5).epsilon);
+
+  // A PLD account keeps its kind; the same history evaluates under either.
+  dp::Accountant pld;
+  pld.step(0.01, 1.1, 1234);
+  pld.step(1.0 / 3.0, 0.7 + 1e-12, 7);
+  CHECK(pld.kind() == dp::AccountantKind::pld);
+  CHECK(pld.to_json().at("accountant") == "pld");
+  CHECK(pld.to_json().at("history") == j.at("history"));
+  const dp::Accountant pld_back = dp::Accountant::from_json(pld.to_json());
+  CHECK(pld_back == pld);
+  CHECK(pld_back.spent(1e-5).epsilon == pld.spent(1e-5).epsilon);
+  CHECK(pld.spent(1e-5, kRdp).epsilon == acc.spent(1e-5).epsilon);
+  CHECK(pld.spent(1e-5).epsilon < acc.spent(1e-5).epsilon);
+  CHECK(std::isnan(pld.spent(1e-5).best_alpha));
+
+  // What earlier builds wrote reads back as an RDP account with the same history.
+  const nlohmann::json legacy = {{"mechanism", "poisson_gaussian_rdp"},
+                                 {"history", j.at("history")}};
+  const dp::Accountant old = dp::Accountant::from_json(legacy);
+  CHECK(old == acc);
 
   const auto error_for = [&](const std::function<void(nlohmann::json&)>& edit) {
     nlohmann::json bad = j;
     edit(bad);
-    return error_message([&] { dp::RdpAccountant::from_json(bad, "ckpt.json:"); });
+    return error_message([&] { dp::Accountant::from_json(bad, "ckpt.json:"); });
   };
   CHECK(contains(error_for([](auto& b) { b["history"][1]["sigma"] = -1; }),
                  "ckpt.json:/history/1/sigma"));
@@ -391,6 +418,21 @@ TEST_CASE("RdpAccountant: JSON round trip and validation") {
   CHECK(contains(error_for([](auto& b) { b["mechanism"] = "laplace"; }), "ckpt.json:/mechanism"));
   CHECK(contains(error_for([](auto& b) { b.erase("mechanism"); }), "ckpt.json:/mechanism"));
   CHECK(contains(error_for([](auto& b) { b["extra"] = 1; }), "ckpt.json:/extra"));
-  CHECK(contains(error_message([] { dp::RdpAccountant::from_json(nlohmann::json::array()); }),
+  CHECK(contains(error_for([](auto& b) { b["accountant"] = "gdp"; }), "ckpt.json:/accountant"));
+  CHECK(contains(error_for([](auto& b) { b.erase("accountant"); }), "ckpt.json:/accountant"));
+  // The earlier format has no accountant field: one there is unknown.
+  nlohmann::json legacy_bad = legacy;
+  legacy_bad["accountant"] = "pld";
+  CHECK(contains(error_message([&] { dp::Accountant::from_json(legacy_bad, "ckpt.json:"); }),
+                 "ckpt.json:/accountant"));
+  CHECK(contains(error_message([] { dp::Accountant::from_json(nlohmann::json::array()); }),
                  "accountant:"));
+}
+
+TEST_CASE("accountant kinds by name") {
+  CHECK(dp::parse_accountant_kind("pld") == dp::AccountantKind::pld);
+  CHECK(dp::parse_accountant_kind("rdp") == kRdp);
+  CHECK(dp::to_string(dp::AccountantKind::pld) == "pld");
+  CHECK(dp::to_string(kRdp) == "rdp");
+  CHECK(contains(error_message([] { dp::parse_accountant_kind("prv"); }), "expected pld or rdp"));
 }

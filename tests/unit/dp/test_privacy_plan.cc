@@ -29,7 +29,8 @@ TEST_CASE("one peer: the plan is the accountant's calibration") {
   const auto p = dp::plan_privacy(inputs(dp::Release::summed, {60000}));
   CHECK(p.q == doctest::Approx(4096.0 / 60000).epsilon(1e-15));
   CHECK(p.steps == dp::steps_for_epochs(10, 4096.0 / 60000));
-  CHECK(p.sigma == dp::calibrate_noise_multiplier(p.q, p.steps, 1e-5, 3));
+  CHECK(p.accountant == dp::AccountantKind::pld);
+  CHECK(p.sigma == dp::calibrate_noise_multiplier(p.q, p.steps, 1e-5, 3, dp::AccountantKind::pld));
   CHECK(p.peer_sigma == p.sigma);
   CHECK(p.model_sigma == p.sigma);
   const auto end = p.model_after(p.steps);
@@ -74,16 +75,34 @@ TEST_CASE("own release: each peer samples its own shard and the worst rate sets 
   for (double b : p.peer_batch) CHECK(b == 1024);
   CHECK(p.peer_sigma == p.sigma);
   CHECK(p.model_sigma == p.sigma);
-  CHECK(p.sigma == dp::calibrate_noise_multiplier(1024.0 / 10000, p.steps, 1e-5, 3));
+  CHECK(p.sigma ==
+        dp::calibrate_noise_multiplier(1024.0 / 10000, p.steps, 1e-5, 3, dp::AccountantKind::pld));
   const auto eps = p.peer_epsilons_after(p.steps);
   REQUIRE(eps.size() == 4);
   CHECK(eps[0] == p.model_after(p.steps).epsilon);
   CHECK(eps[1] < eps[0]);
   CHECK(eps[2] == eps[3]);
   // The accountant the trainer steps agrees with the plan.
-  dp::RdpAccountant acc;
+  dp::Accountant acc(p.accountant);
   for (long long t = 0; t < p.steps; ++t) acc.step(p.accountant_q(), p.model_sigma);
   CHECK(acc.spent(1e-5).epsilon == doctest::Approx(p.model_after(p.steps).epsilon).epsilon(1e-12));
+}
+
+TEST_CASE("the plan's accountant calibrates and reports: RDP needs more noise than PLD") {
+  auto in = inputs(dp::Release::summed, {60000});
+  in.accountant = dp::AccountantKind::rdp;
+  const auto rdp = dp::plan_privacy(in);
+  CHECK(rdp.accountant == dp::AccountantKind::rdp);
+  CHECK(rdp.sigma == dp::calibrate_noise_multiplier(rdp.q, rdp.steps, 1e-5, 3,
+                                                    dp::AccountantKind::rdp));
+  CHECK(rdp.model_after(rdp.steps).epsilon <= 3.0);
+  CHECK(rdp.model_after(rdp.steps).epsilon ==
+        dp::epsilon_for(rdp.q, rdp.sigma, rdp.steps, 1e-5, dp::AccountantKind::rdp).epsilon);
+  in.accountant = dp::AccountantKind::pld;
+  const auto pld = dp::plan_privacy(in);
+  CHECK(pld.sigma < rdp.sigma * 0.97);
+  // The PLD's epsilon at RDP's sigma is well below 3: the RDP bound is loose.
+  CHECK(dp::epsilon_for(rdp.q, rdp.sigma, rdp.steps, 1e-5, dp::AccountantKind::pld).epsilon < 2.9);
 }
 
 TEST_CASE("a given noise multiplier is used as is; without DP every epsilon is infinite") {

@@ -131,7 +131,19 @@ TEST_CASE("trainer: DP-SGD learns separable blobs and accounts every step") {
   CHECK(reports == 5);
   CHECK(s.steps == 100);
   CHECK(s.test_accuracy > 0.9);
-  CHECK(s.epsilon == doctest::Approx(dpg::dp::epsilon_for(0.05, 0.8, 100, 1e-5).epsilon));
+  // The config's accountant (PLD by default) computes what the run reports.
+  CHECK(c.accountant == dpg::PrivacyAccountant::pld);
+  CHECK(s.epsilon == doctest::Approx(dpg::dp::epsilon_for(0.05, 0.8, 100, 1e-5,
+                                                          dpg::dp::AccountantKind::pld)
+                                         .epsilon));
+  auto rdp_config = c;
+  rdp_config.accountant = dpg::PrivacyAccountant::rdp;
+  rdp_config.epochs = 1;
+  dpg::train::Trainer rdp_trainer(rdp_config, data);
+  const auto rdp = rdp_trainer.run([](const dpg::train::EpochReport&) {});
+  CHECK(rdp.epsilon == doctest::Approx(dpg::dp::epsilon_for(0.05, 0.8, 20, 1e-5,
+                                                            dpg::dp::AccountantKind::rdp)
+                                           .epsilon));
 }
 
 TEST_CASE("trainer: without a noise seed the noise is secret: two runs differ") {

@@ -1,0 +1,412 @@
+#include "dp/pld.h"
+
+#include <fftw3.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <complex>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dp/checks.h"
+#include "dp/pld_step.h"
+
+namespace dpg::dp {
+namespace {
+
+using pld_detail::Direction;
+using pld_detail::GridPmf;
+using pld_detail::StepLoss;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+using checks::bad_argument;
+using checks::str;
+
+// Validates the arguments and keeps the segments with q > 0, merged by (q, sigma): composition
+// is commutative, so each distinct mechanism is transformed once.
+std::vector<PoissonGaussian> groups_of(std::span<const PoissonGaussian> history,
+                                       const PldOptions& o) {
+  if (!(o.interval > 0 && std::isfinite(o.interval)))
+    bad_argument("interval must be finite and > 0, got " + str(o.interval));
+  if (!(o.tail_mass > 0 && o.tail_mass < 1e-3))
+    bad_argument("tail_mass must be in (0, 1e-3), got " + str(o.tail_mass));
+  if (o.max_points < 16) bad_argument("max_points must be >= 16");
+  std::vector<PoissonGaussian> groups;
+  long long total = 0;
+  for (const PoissonGaussian& s : history) {
+    checks::check_q(s.q, "q");
+    checks::check_sigma(s.sigma, "sigma");
+    checks::check_steps(s.steps, "steps");
+    if (s.q == 0 || s.steps == 0) continue;
+    if (s.steps > kPldMaxSteps - total)
+      bad_argument("steps: the PLD accountant composes at most " + std::to_string(kPldMaxSteps) +
+                   " steps (its FFT powers lose precision beyond); use the RDP accountant");
+    total += s.steps;
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const PoissonGaussian& g) {
+      return g.q == s.q && g.sigma == s.sigma;
+    });
+    if (same != groups.end()) same->steps += s.steps;
+    else groups.push_back(s);
+  }
+  return groups;
+}
+
+// The transform length for n points: the smallest 2^k or 3 * 2^k >= n, so that a handful of
+// lengths serve every call and their plans can be kept (planning costs ten transforms).
+std::size_t fft_length(std::size_t n) {
+  std::size_t m = 4;
+  while (m < n) m *= 2;
+  return 3 * (m / 4) >= n ? 3 * (m / 4) : m;
+}
+
+// Buffers from fftw_malloc: aligned as FFTW's plans expect, so one plan serves any of them.
+template <class T> struct FftwBuffer {
+  explicit FftwBuffer(std::size_t n) : data(static_cast<T*>(fftw_malloc(n * sizeof(T)))), size(n) {
+    if (!data) fail(Code::internal, "PLD: out of memory for " + std::to_string(n) + " points");
+  }
+  ~FftwBuffer() { fftw_free(data); }
+  FftwBuffer(const FftwBuffer&) = delete;
+  FftwBuffer& operator=(const FftwBuffer&) = delete;
+  T& operator[](std::size_t i) { return data[i]; }
+  T* data;
+  std::size_t size;
+};
+
+// The transform's buffers, kept by each thread for its later calls: touching fresh pages costs
+// more than the transforms themselves (measured: 7 ms against 1 ms for 2^17 points). They only
+// grow, to at most the largest window the thread has composed (max_points: about 50 MiB).
+struct Workspace {
+  std::unique_ptr<FftwBuffer<double>> real;
+  std::unique_ptr<FftwBuffer<std::complex<double>>> spectrum, product;
+  void reserve(std::size_t n) {
+    if (real && real->size >= n) return;
+    real = std::make_unique<FftwBuffer<double>>(n);
+    spectrum = std::make_unique<FftwBuffer<std::complex<double>>>(n / 2 + 1);
+    product = std::make_unique<FftwBuffer<std::complex<double>>>(n / 2 + 1);
+  }
+};
+
+struct Transforms {
+  fftw_plan forward;  // real n -> complex n/2 + 1
+  fftw_plan inverse;  // complex n/2 + 1 -> real n (unnormalised; destroys its input)
+};
+
+// The plans for length n, made once per length and kept for the process: FFTW's planner is not
+// thread-safe (executing a plan on new arrays is), so planning is serialised here. Lengths come
+// from fft_length, so at most two per power of two up to max_points are ever kept.
+const Transforms& transforms(std::size_t n) {
+  static std::mutex mutex;
+  static std::map<std::size_t, Transforms> plans;
+  std::lock_guard lock(mutex);
+  auto it = plans.find(n);
+  if (it != plans.end()) return it->second;
+  FftwBuffer<double> real(n);
+  FftwBuffer<fftw_complex> spectrum(n / 2 + 1);
+  const int len = static_cast<int>(n);
+  Transforms t{fftw_plan_dft_r2c_1d(len, real.data, spectrum.data, FFTW_ESTIMATE),
+               fftw_plan_dft_c2r_1d(len, spectrum.data, real.data, FFTW_ESTIMATE)};
+  if (!t.forward || !t.inverse)
+    fail(Code::internal, "FFTW could not plan a transform of length " + std::to_string(n));
+  return plans.emplace(n, t).first->second;
+}
+
+// z^n by squaring, with the plain product (std::complex's operator* also handles inf and NaN,
+// through a library call per product, which costs more than the whole transform here).
+std::complex<double> power(std::complex<double> z, long long n) {
+  const auto mul = [](std::complex<double> a, std::complex<double> b) {
+    return std::complex<double>(a.real() * b.real() - a.imag() * b.imag(),
+                                a.real() * b.imag() + a.imag() * b.real());
+  };
+  std::complex<double> r = 1.0;
+  while (n > 0) {
+    if (n & 1) r = mul(r, z);
+    z = mul(z, z);
+    n >>= 1;
+  }
+  return r;
+}
+
+// One direction's composed PMF on the grid, and the interval it was computed at.
+struct Composed {
+  GridPmf pmf;
+  double interval;
+};
+
+// Chernoff orders lambda = +-2^k (per unit of loss), k = kMinOrder..kMaxOrder: the best order
+// for a composed PLD of spread s is about sqrt(2 log(2 / tail_mass)) / s, and s runs from 1e-3
+// (one step of little loss) to 1e3 (epsilon in the thousands).
+constexpr int kMinOrder = -24;
+constexpr int kMaxOrder = 12;
+constexpr std::size_t kOrders = 2 * (kMaxOrder - kMinOrder + 1);
+
+double order(std::size_t j) {  // lambda of entry j: +2^k for even j, -2^k for odd j
+  const double magnitude = std::ldexp(1.0, kMinOrder + static_cast<int>(j / 2));
+  return j % 2 == 0 ? magnitude : -magnitude;
+}
+
+// One step's PMF with its log moment generating function at the orders:
+// log M(lambda) = log sum_i p_i e^{lambda h i}, summed from the end the weights decay towards,
+// so that nothing overflows however long the PMF.
+struct StepPmf {
+  GridPmf pmf;
+  std::array<double, kOrders> log_mgf;
+};
+
+StepPmf make_step_pmf(const StepLoss& loss, bool pessimistic, double interval) {
+  StepPmf s{pessimistic ? loss.pessimistic(interval) : loss.optimistic(interval), {}};
+  const std::vector<double>& p = s.pmf.probs;
+  const double last = static_cast<double>(p.size() - 1);
+  for (std::size_t j = 0; j < kOrders; ++j) {
+    const double t = order(j) * interval;  // per grid index
+    const double decay = std::exp(-std::fabs(t));
+    double weight = 1, sum = 0;
+    if (t > 0) {
+      for (std::size_t i = p.size(); i-- > 0; weight *= decay) sum += p[i] * weight;
+      s.log_mgf[j] = t * last + std::log(sum);
+    } else {
+      for (std::size_t i = 0; i < p.size(); ++i, weight *= decay) sum += p[i] * weight;
+      s.log_mgf[j] = std::log(sum);
+    }
+  }
+  return s;
+}
+
+// The one-step PMFs a thread made last, reused: a training run asks for the same two or four
+// after every epoch, and building one is half the cost of an evaluation. The cache only saves
+// work: an entry is exactly what make_step_pmf would return again.
+std::shared_ptr<const StepPmf> step_pmf(const PoissonGaussian& g, Direction dir, bool pessimistic,
+                                        double interval) {
+  struct Entry {
+    double q, sigma, interval;
+    Direction dir;
+    bool pessimistic;
+    std::shared_ptr<const StepPmf> pmf;
+  };
+  // At most eight entries and 2^21 points in all (16 MiB): a pathological sigma's PMF of up to
+  // max_points is used and dropped rather than kept.
+  constexpr std::size_t kEntries = 8;
+  constexpr std::size_t kPoints = std::size_t{1} << 21;
+  thread_local std::vector<Entry> cache;
+  for (std::size_t i = 0; i < cache.size(); ++i) {
+    const Entry& e = cache[i];
+    if (e.q == g.q && e.sigma == g.sigma && e.interval == interval && e.dir == dir &&
+        e.pessimistic == pessimistic) {
+      std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
+                  cache.begin() + static_cast<std::ptrdiff_t>(i) + 1);  // most recent first
+      return cache.front().pmf;
+    }
+  }
+  auto made = std::make_shared<const StepPmf>(
+      make_step_pmf(StepLoss(g.q, g.sigma, dir), pessimistic, interval));
+  cache.insert(cache.begin(), Entry{g.q, g.sigma, interval, dir, pessimistic, made});
+  std::size_t points = 0;
+  for (std::size_t i = 0; i < cache.size(); ++i) {
+    points += cache[i].pmf->pmf.probs.size();
+    if (i >= kEntries || points > kPoints) {
+      cache.resize(i);
+      break;
+    }
+  }
+  return made;
+}
+
+struct Window {
+  double lower, upper;  // summed in-PMF indices; outside, at most tail_mass / 2 on each side
+};
+
+// Chernoff: P(S >= u) <= E[e^{tS}] e^{-tu} for t > 0 (and the mirror for t < 0), where S is the
+// sum of the steps' grid indices and log E[e^{tS}] = sum over groups of steps * log M(t).
+Window chernoff_window(const std::vector<std::shared_ptr<const StepPmf>>& pmfs,
+                       const std::vector<long long>& steps, double interval, double tail_mass) {
+  double top = 0;  // the largest possible sum
+  for (std::size_t g = 0; g < pmfs.size(); ++g)
+    top += static_cast<double>(steps[g]) * static_cast<double>(pmfs[g]->pmf.probs.size() - 1);
+  Window w{0, top};
+  const double log_tail = std::log(2.0 / tail_mass);
+  for (std::size_t j = 0; j < kOrders; ++j) {
+    double cumulant = 0;
+    for (std::size_t g = 0; g < pmfs.size(); ++g)
+      cumulant += static_cast<double>(steps[g]) * pmfs[g]->log_mgf[j];
+    const double t = order(j) * interval;
+    const double bound = (cumulant + log_tail) / t;
+    if (!std::isfinite(bound)) continue;
+    if (t > 0) w.upper = std::min(w.upper, std::ceil(bound));
+    else w.lower = std::max(w.lower, std::floor(bound));
+  }
+  w.lower = std::min(w.lower, w.upper);
+  return w;
+}
+
+// The pmfs of `groups` composed, each `steps` times, at `interval`; empty probs when the window
+// would exceed max_points (the caller coarsens).
+GridPmf compose(const std::vector<std::shared_ptr<const StepPmf>>& steps_pmfs,
+                const std::vector<long long>& steps, double interval, const PldOptions& o,
+                bool pessimistic, double* window_points) {
+  const Window w = chernoff_window(steps_pmfs, steps, interval, o.tail_mass);
+  *window_points = w.upper - w.lower + 1;
+  GridPmf out;
+  if (*window_points > static_cast<double>(o.max_points)) return out;
+  const std::size_t width = static_cast<std::size_t>(*window_points);
+  const std::size_t n = fft_length(width);
+  const Transforms& plan = transforms(n);
+  thread_local Workspace workspace;
+  workspace.reserve(n);
+  double* real = workspace.real->data;
+  std::complex<double>* spectrum = workspace.spectrum->data;
+  std::complex<double>* product = workspace.product->data;
+  const std::size_t bins = n / 2 + 1;
+  std::fill(product, product + bins, std::complex<double>(1.0));
+  double log_no_infinity = 0;  // log P(no step's loss is +inf)
+  long long offset = 0;
+  for (std::size_t g = 0; g < steps_pmfs.size(); ++g) {
+    const GridPmf& pmf = steps_pmfs[g]->pmf;
+    // Fold the PMF modulo n: the transform is circular, so this changes nothing that the
+    // circular convolution would not fold anyway.
+    std::fill(real, real + n, 0.0);
+    for (std::size_t i = 0; i < pmf.probs.size(); ++i) real[i % n] += pmf.probs[i];
+    fftw_execute_dft_r2c(plan.forward, real, reinterpret_cast<fftw_complex*>(spectrum));
+    // A bin whose power underflows (|z|^steps < e^-745) is 0: with a window of some 16
+    // standard deviations of the composed loss, all but the lowest hundred or so frequencies
+    // are, so this check saves most of the squarings.
+    const double negligible = std::exp(-2.0 * 745.0 / static_cast<double>(steps[g]));
+    for (std::size_t k = 0; k < bins; ++k) {
+      if (product[k] == 0.0) continue;
+      if (std::norm(spectrum[k]) < negligible) {
+        product[k] = 0.0;
+        continue;
+      }
+      const std::complex<double> p = power(spectrum[k], steps[g]);
+      product[k] = {product[k].real() * p.real() - product[k].imag() * p.imag(),
+                    product[k].real() * p.imag() + product[k].imag() * p.real()};
+    }
+    log_no_infinity += static_cast<double>(steps[g]) * std::log1p(-pmf.infinity);
+    offset += steps[g] * pmf.offset;
+  }
+  fftw_execute_dft_c2r(plan.inverse, reinterpret_cast<fftw_complex*>(product), real);
+  // Sums outside the window fold into it (at most tail_mass in all); take the window.
+  const long long lower = static_cast<long long>(w.lower);
+  out.offset = offset + lower;
+  out.probs.resize(width);
+  const double scale = 1.0 / static_cast<double>(n);
+  for (std::size_t j = 0; j < width; ++j) {
+    const std::size_t at = static_cast<std::size_t>(lower + static_cast<long long>(j)) % n;
+    out.probs[j] = std::max(real[at] * scale, 0.0);  // FFT rounding leaves about -1e-17
+  }
+  out.infinity = -std::expm1(log_no_infinity) + (pessimistic ? o.tail_mass : 0.0);
+  return out;
+}
+
+// One direction of `groups` composed, at the options' interval or the smallest power-of-two
+// multiple of it at which every PMF and the window fit in max_points.
+Composed compose_direction(const std::vector<PoissonGaussian>& groups, Direction dir,
+                           bool pessimistic, const PldOptions& o) {
+  std::vector<long long> steps;
+  for (const PoissonGaussian& g : groups) steps.push_back(g.steps);
+  // For q = 1 the two directions' PLDs coincide (the pair is mirrored); remove's is used.
+  const auto dir_of = [&](const PoissonGaussian& g) {
+    return g.q == 1.0 ? Direction::remove : dir;
+  };
+  // Each pass at least doubles the interval, so this ends (a finite interval fits any finite
+  // loss range in two points).
+  for (double interval = o.interval; std::isfinite(interval);) {
+    bool fits = true;
+    for (const PoissonGaussian& g : groups)
+      fits = fits && StepLoss(g.q, g.sigma, dir_of(g)).grid_points(interval) <=
+                         static_cast<double>(o.max_points);
+    if (!fits) {
+      interval *= 2;
+      continue;
+    }
+    std::vector<std::shared_ptr<const StepPmf>> pmfs;
+    for (const PoissonGaussian& g : groups)
+      pmfs.push_back(step_pmf(g, dir_of(g), pessimistic, interval));
+    double window = 0;
+    GridPmf pmf = compose(pmfs, steps, interval, o, pessimistic, &window);
+    if (!pmf.probs.empty()) return {std::move(pmf), interval};
+    // The window scales as 1 / interval: coarsen by the power of two that brings it under.
+    interval *= std::exp2(std::ceil(std::log2(window / static_cast<double>(o.max_points))));
+  }
+  fail(Code::internal, "PLD: no grid interval fits the composition in max_points");
+}
+
+// Smallest eps >= 0 with delta(eps) <= delta, where for eps between grid losses
+//   delta(eps) = infinity + sum_{l_j > eps} p_j (1 - e^{eps - l_j})
+// is A - e^{eps - r} B with A the mass above eps and B = sum p_j e^{r - l_j} kept relative to
+// the lowest included loss r (so that nothing overflows for losses in the thousands).
+double epsilon_of(const Composed& c, double delta) {
+  const GridPmf& f = c.pmf;
+  if (f.infinity > delta) return kInf;
+  const double h = c.interval;
+  double mass = f.infinity, weighted = 0;
+  for (std::size_t j = f.probs.size(); j-- > 0;) {
+    const double loss = static_cast<double>(f.offset + static_cast<long long>(j)) * h;
+    if (loss <= 0) break;  // only losses above eps >= 0 count
+    mass += f.probs[j];
+    weighted = weighted * std::exp(-h) + f.probs[j];  // now relative to r = loss
+    // On [lo, loss], delta(eps) = mass - e^{eps - loss} weighted.
+    const double lo = j == 0 ? 0.0 : std::max(loss - h, 0.0);
+    if (mass - std::exp(lo - loss) * weighted > delta)
+      return loss + std::log((mass - delta) / weighted);
+  }
+  return 0.0;
+}
+
+double delta_of(const Composed& c, double eps) {
+  double d = c.pmf.infinity;
+  for (std::size_t j = 0; j < c.pmf.probs.size(); ++j) {
+    const double loss = static_cast<double>(c.pmf.offset + static_cast<long long>(j)) * c.interval;
+    if (loss > eps) d += c.pmf.probs[j] * -std::expm1(eps - loss);
+  }
+  return std::min(d, 1.0);
+}
+
+// Both directions (one when every q is 1), each evaluated by `value`, the larger kept.
+template <class F>
+PldResult worst_direction(std::span<const PoissonGaussian> history, PldEstimate estimate,
+                          const PldOptions& o, F value) {
+  const std::vector<PoissonGaussian> groups = groups_of(history, o);
+  PldResult r{0.0, o.interval};
+  if (groups.empty()) return r;
+  const bool pessimistic = estimate == PldEstimate::pessimistic;
+  const bool all_full = std::all_of(groups.begin(), groups.end(),
+                                    [](const PoissonGaussian& g) { return g.q == 1.0; });
+  bool first = true;
+  for (Direction dir : {Direction::remove, Direction::add}) {
+    if (dir == Direction::add && all_full) break;
+    const Composed c = compose_direction(groups, dir, pessimistic, o);
+    const double v = value(c);
+    r.value = first ? v : std::max(r.value, v);
+    r.interval = std::max(r.interval, c.interval);
+    first = false;
+  }
+  return r;
+}
+
+}  // namespace
+
+PldResult pld_epsilon(std::span<const PoissonGaussian> history, double delta, PldEstimate estimate,
+                      const PldOptions& options) {
+  checks::check_delta(delta, "delta");
+  // The optimistic side asks for delta + tail_mass: the mass folded into its window may have
+  // raised its delta by up to tail_mass / 2, and its epsilon must stay below the true one.
+  const double target =
+      estimate == PldEstimate::optimistic ? std::min(delta + options.tail_mass, 1.0) : delta;
+  return worst_direction(history, estimate, options,
+                         [&](const Composed& c) { return epsilon_of(c, target); });
+}
+
+PldResult pld_delta(std::span<const PoissonGaussian> history, double epsilon, PldEstimate estimate,
+                    const PldOptions& options) {
+  if (!std::isfinite(epsilon)) bad_argument("epsilon must be finite, got " + str(epsilon));
+  PldResult r = worst_direction(history, estimate, options,
+                                [&](const Composed& c) { return delta_of(c, epsilon); });
+  if (estimate == PldEstimate::optimistic) r.value = std::max(r.value - options.tail_mass, 0.0);
+  return r;
+}
+
+}  // namespace dpg::dp
