@@ -29,6 +29,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
 #include "runtime/core/json_io.h"
+#include "runtime/core/log.h"
 #include "runtime/net/auth.h"
 #include "runtime/net/hosts.h"
 #include "runtime/net/tcp/tcp_transport.h"
@@ -80,6 +81,8 @@ bool check(const std::vector<float>& v, int n) {
 void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& sizes) {
   const net::HostsFile hosts = net::load_hosts(o.hosts);
   const int rank = net::resolve_rank(o.rank, hosts.world());
+  // The rows are the output: a peer reports only warnings and errors.
+  if (log::level() > log::Level::warn) log::set_level(log::Level::warn);
   const int n = hosts.world();
   if (o.pin) {
     cpu_set_t set;

@@ -233,17 +233,21 @@ struct Setup {
   }
 };
 
-// One line saying how peers are admitted; without a secret, a warning.
+// One line saying how peers are admitted; with neither a secret nor TLS, a warning.
 void say_how_peers_join(const TcpTransport::Impl& t) {
-  const char* tls = t.tls_context ? ", over TLS with mutual certificate checks" : "";
-  if (t.secret.empty()) {
+  const bool tls = t.tls_context != nullptr;
+  if (t.secret.empty() && !tls) {
     DPG_WARN(t.prefix() << "no cluster secret (hosts file secret or secret_file, or "
                         << kSecretVariable << "): any process that can reach this peer's port "
-                        << "may join the run as a peer" << tls << " (docs/SECURITY.md)");
-  } else {
-    DPG_INFO(t.prefix() << "peers must prove the cluster secret from " << t.secret_origin
-                        << " (HMAC-SHA256)" << tls);
+                        << "may join the run as a peer (docs/SECURITY.md)");
+    return;
   }
+  std::string how = tls ? "present a certificate the hosts file's CA signed (TLS 1.3)" : "";
+  if (!t.secret.empty()) {
+    how += std::string(tls ? " and " : "") + "prove the cluster secret from " + t.secret_origin +
+           " (HMAC-SHA256)";
+  }
+  DPG_INFO(t.prefix() << "peers must " << how);
 }
 
 }  // namespace

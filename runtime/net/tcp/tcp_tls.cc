@@ -52,7 +52,7 @@ std::unique_ptr<asio::ssl::context> make_tls_context(const HostsFile& hosts, int
   ctx->use_certificate_chain_file(files.cert, ec);
   check(ec, files.cert, files.cert_field, "a PEM certificate chain");
   ctx->use_private_key_file(files.key, asio::ssl::context::pem, ec);
-  check(ec, files.key, files.key_field, "a PEM private key (unencrypted) for " + files.cert);
+  check(ec, files.key, files.key_field, "the unencrypted PEM private key of " + files.cert);
   if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
     ERR_clear_error();
     fail(Code::invalid_argument, files.key_field + ": " + files.key +
