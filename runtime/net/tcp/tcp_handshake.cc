@@ -12,6 +12,7 @@
 #include "runtime/net/tcp/tcp_handshake.h"
 
 #include <cstring>
+#include <string_view>
 
 namespace dpg::net {
 
@@ -79,8 +80,11 @@ void Handshake::finish(Result::Kind kind, std::string reason, Code code) {
 void Handshake::io_failed(const error_code& ec, const char* doing) {
   if (ec == asio::error::operation_aborted) return;
   const bool eof = ec == asio::error::eof || ec == asio::ssl::error::stream_truncated;
-  const std::string what = eof ? std::string("closed the connection during ") + doing
-                               : tls_message(ec, conn_.get()) + " during " + doing;
+  std::string what = eof ? std::string("closed the connection during ") + doing
+                         : tls_message(ec, conn_.get()) + " during " + doing;
+  if (eof && role_ == Role::connector && std::string_view(doing) == "the TLS handshake") {
+    what += " (does that peer use --tls?)";
+  }
   if (role_ == Role::acceptor) return finish(Result::Kind::refused, what);
   // A TLS failure is a verdict on certificates, not a peer that is still starting.
   if (is_tls_error(ec)) return finish(Result::Kind::fatal, what, Code::failed_precondition);

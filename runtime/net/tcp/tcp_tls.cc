@@ -70,6 +70,11 @@ bool is_tls_error(const error_code& ec) {
 std::string tls_message(const error_code& ec, Conn* c) {
   if (!is_tls_error(ec)) return ec.message();
   std::string m = "TLS: " + ec.message();
+  const int reason = ERR_GET_REASON(static_cast<unsigned long>(ec.value()));
+  if (reason == SSL_R_WRONG_VERSION_NUMBER || reason == SSL_R_PACKET_LENGTH_TOO_LONG ||
+      reason == SSL_R_HTTP_REQUEST) {
+    m += " (the other end does not speak TLS: is it started without --tls?)";
+  }
   if (c != nullptr && c->tls) {
     const long verdict = SSL_get_verify_result(c->tls->native_handle());
     if (verdict != X509_V_OK) m += std::string(" (") + X509_verify_cert_error_string(verdict) + ")";
