@@ -46,6 +46,7 @@ struct Setup {
   std::map<int, std::unique_ptr<asio::steady_timer>> backoff_timer;
   std::map<int, std::chrono::milliseconds> backoff;
   std::map<int, std::string> last_error;  // why a peer has not joined yet
+  std::string last_refusal;               // of any connection, claiming a rank or not
   int refusals = 0;
   std::optional<Error> failure;
   Clock::time_point deadline;
@@ -80,9 +81,8 @@ struct Setup {
   void refused(const std::string& remote, int claimed, const std::string& why) {
     ++refusals;
     const std::string who = claimed >= 0 ? " (claiming rank " + std::to_string(claimed) + ")" : "";
-    if (claimed >= 0 && to_accept.count(claimed)) {
-      last_error[claimed] = "refused a connection from " + remote + who + ": " + why;
-    }
+    last_refusal = "refused a connection from " + remote + who + ": " + why;
+    if (claimed >= 0 && to_accept.count(claimed)) last_error[claimed] = last_refusal;
     if (refusals <= kMaxRefusalLines) {
       DPG_WARN(t.prefix() << "refused a connection from " << remote << who << ": " << why);
     }
@@ -229,6 +229,8 @@ struct Setup {
       s += "\n  peer " + std::to_string(p) + " (" + address_of(hosts.peers[p]) +
            ") never connected" + (it == last_error.end() ? "" : " (last: " + it->second + ")");
     }
+    // A refusal before the claim was known (TLS, a malformed hello) may have been the peer.
+    if (!to_accept.empty() && !last_refusal.empty()) s += "\n  last: " + last_refusal;
     return s;
   }
 };

@@ -82,7 +82,9 @@ void Handshake::io_failed(const error_code& ec, const char* doing) {
   const bool eof = ec == asio::error::eof || ec == asio::ssl::error::stream_truncated;
   std::string what = eof ? std::string("closed the connection during ") + doing
                          : tls_message(ec, conn_.get()) + " during " + doing;
-  if (eof && role_ == Role::connector && std::string_view(doing) == "the TLS handshake") {
+  const bool reset = ec == asio::error::connection_reset;
+  if ((eof || reset) && role_ == Role::connector &&
+      std::string_view(doing) == "the TLS handshake") {
     what += " (does that peer use --tls?)";
   }
   if (role_ == Role::acceptor) return finish(Result::Kind::refused, what);
