@@ -292,7 +292,8 @@ HostsFile parse_hosts(const Json& doc, const std::string& where) {
     bad(where, "secret_file", "give secret or secret_file, not both");
   if (doc.contains("secret")) {
     const Json& s = doc.at("secret");
-    if (!s.is_string()) bad(where, "secret", "expected a string, got " + s.dump());
+    // Its type only: even a malformed secret is not echoed.
+    if (!s.is_string()) bad(where, "secret", std::string("expected a string, got ") + s.type_name());
     h.secret = s.get<std::string>();
     h.secret_origin = where + ": secret";
     check_secret_length(h.secret, h.secret_origin);

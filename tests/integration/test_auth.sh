@@ -11,14 +11,7 @@ bin=$1
 here="$(dirname "${BASH_SOURCE[0]}")"
 source "$here/lib.sh"
 require_fmnist
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-"$bin" prepare --out "$work/data" >/dev/null
+source "$here/peers.sh"  # $work (removed on exit, with the peers in pids[]), $work/data
 unset DPGOSSIP_SECRET
 
 port_of() { py 'import json, sys; print(json.load(open(sys.argv[1]))["peers"][int(sys.argv[2])]["port"])' "$1" "$2"; }

@@ -93,6 +93,13 @@ void Handshake::io_failed(const error_code& ec, const char* doing) {
   finish(Result::Kind::retry, what);
 }
 
+// Bytes that are not the handshake: the acceptor drops the connection; for the connector the
+// hosts file's address answered with them, which no retry mends.
+void Handshake::malformed(const std::string& reason) {
+  if (role_ == Role::acceptor) return finish(Result::Kind::refused, reason);
+  finish(Result::Kind::fatal, reason, Code::data_loss);
+}
+
 // ---- frames ----
 
 void Handshake::add_frame(FrameKind kind, const std::byte* body, std::size_t n) {
@@ -127,9 +134,7 @@ void Handshake::read_frame(FrameKind want, std::byte* body, std::size_t n, Next 
                 " belongs";
         }
         if (!h || h->kind != want || h->length != n) {
-          const std::string reason = std::string("sent a malformed ") + to_string(want) + ": " + why;
-          if (self->role_ == Role::acceptor) return self->finish(Result::Kind::refused, reason);
-          return self->finish(Result::Kind::fatal, reason, Code::data_loss);
+          return self->malformed(std::string("sent a malformed ") + to_string(want) + ": " + why);
         }
         self->conn_->read_all(asio::buffer(body, n), [self, next](error_code ec, std::size_t) {
           if (self->over()) return;
@@ -143,8 +148,7 @@ bool Handshake::take_hello(int expect_rank) {
   std::string why;
   const auto h = decode_hello(their_hello_, why);
   if (!h) {
-    if (role_ == Role::acceptor) finish(Result::Kind::refused, "sent a malformed hello: " + why);
-    else finish(Result::Kind::fatal, "sent a malformed hello: " + why, Code::data_loss);
+    malformed("sent a malformed hello: " + why);
     return false;
   }
   hello_ = *h;
@@ -166,8 +170,7 @@ bool Handshake::take_challenge() {
   std::string why;
   const auto c = decode_challenge(challenge_in_, why);
   if (!c) {
-    if (role_ == Role::acceptor) finish(Result::Kind::refused, "sent a malformed challenge: " + why);
-    else finish(Result::Kind::fatal, "sent a malformed challenge: " + why, Code::data_loss);
+    malformed("sent a malformed challenge: " + why);
     return false;
   }
   theirs_ = *c;

@@ -60,6 +60,7 @@ class Handshake : public std::enable_shared_from_this<Handshake> {
   bool take_challenge();
   Transcript transcript() const;
   void io_failed(const boost::system::error_code& ec, const char* doing);
+  void malformed(const std::string& reason);
   void finish(Result::Kind kind, std::string reason, Code code = Code::unavailable);
   bool over() const { return finished_; }
 

@@ -19,6 +19,7 @@
 #include "runtime/net/frame.h"
 #include "runtime/net/hosts.h"
 #include "runtime/net/tcp/tcp_transport.h"
+#include "tests/unit/tcp/tcp_test_util.h"
 
 using namespace std::chrono_literals;
 using dpg::net::FrameHeader;
@@ -36,21 +37,8 @@ constexpr uint64_t kHash = 0x5eed;
 class FakePeer {
  public:
   explicit FakePeer(int port) {
-    const auto until = std::chrono::steady_clock::now() + 10s;
-    while (std::chrono::steady_clock::now() < until) {
-      fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(static_cast<uint16_t>(port));
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) break;
-      ::close(fd_);
-      fd_ = -1;
-      std::this_thread::sleep_for(10ms);
-    }
+    fd_ = dpg::test::connect_loopback(port);
     REQUIRE(fd_ >= 0);
-    int one = 1;
-    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     // The handshake without a secret: hello and challenge each way.
     dpg::net::HelloBytes hello;
     dpg::net::encode_hello(dpg::net::Hello{1, 2, kHash}, hello);
