@@ -18,6 +18,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/json_io.h"
 #include "runtime/core/log.h"
+#include "runtime/net/auth.h"
 #include "runtime/net/hosts.h"
 
 namespace dpg::app {
@@ -124,6 +125,9 @@ void run_launch(const LaunchFlags& f) {
   net::HostsFile hosts;
   if (f.peers_opt->count() > 0) {
     hosts = net::local_hosts(f.peers);
+    // The peers prove a fresh secret to each other, so that no other process of this machine
+    // can join on their ports; the file sits in a folder only this user can read.
+    hosts.secret = net::random_secret();
     tmp.emplace();
     path = (tmp->path() / "hosts.json").string();
     net::write_hosts(hosts, path);

@@ -36,6 +36,7 @@ struct TrainFlags {
   bool json = false;
   std::string hosts;            // hosts file: this process is one peer of it
   std::optional<int> rank;      // default: from the launcher's environment
+  bool tls = false;             // TLS on every connection, with the hosts file's certificates
 };
 
 // "--dp" -> "--no-dp": the switch that turns a bool field off.
@@ -111,14 +112,19 @@ struct Peers {
 Peers peers_for(const TrainConfig& c, const TrainFlags& f) {
   Peers p;
   if (c.algo == Algo::single) {
-    if (!f.hosts.empty() || f.rank) {
-      fail(Code::invalid_argument, "train: --hosts and --rank need an --algo other than single");
+    if (!f.hosts.empty() || f.rank || f.tls) {
+      fail(Code::invalid_argument,
+           "train: --hosts, --rank and --tls need an --algo other than single");
     }
     return p;
   }
   if (f.hosts.empty()) {
     if (f.rank && *f.rank != 0) {
       fail(Code::invalid_argument, "train: --rank without --hosts (give the hosts file)");
+    }
+    if (f.tls) {
+      fail(Code::invalid_argument,
+           "train: --tls needs --hosts (the hosts file names the certificates)");
     }
     return p;  // an all-reduce (or gossip) among one peer
   }
@@ -192,6 +198,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
                                                    : fnv1a64(peers.hosts.topology.dump()));
     // An algorithm that overlaps communication with computation needs an I/O thread.
     t.progress_thread = algo.overlaps(c);
+    t.tls = flags.tls;
     const collective::Options copt;
     // The collectives' peers (the initial broadcast, evaluation and metrics), plus the
     // algorithm's own (gossip: the neighbours of every graph of the run).
@@ -285,6 +292,9 @@ void add_train(CLI::App& app) {
   cmd->add_option("--rank", f->rank,
                   "this peer's rank (default: OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID "
                   "or RANK)");
+  cmd->add_flag("--tls", f->tls,
+                "TLS on every connection: the hosts file's tls.ca_file and each peer's "
+                "certificate and key (docs/SECURITY.md); every peer must use it");
   cmd->callback([cmd, f] { run_train(*cmd, *f); });
 }
 

@@ -3,7 +3,8 @@
 //
 // With --peers N it starts N peers on 127.0.0.1 (this same program with --hosts and --rank) and
 // collects rank 0's rows; with --hosts and --rank (or a launcher's rank variable) it is one peer of
-// a run across machines.
+// a run across machines. With --tls the local peers run twice per round, over plain TCP and over
+// TLS (a throwaway CA made for the command), and the TLS rows carry their time over the plain one.
 #include <sched.h>
 #include <unistd.h>
 
@@ -26,10 +27,13 @@
 #include "apps/launch.h"
 #include "apps/parse.h"
 #include "apps/process/find.h"
+#include "apps/throwaway_pki.h"
 #include "runtime/collective/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
 #include "runtime/core/json_io.h"
+#include "runtime/core/log.h"
+#include "runtime/net/auth.h"
 #include "runtime/net/hosts.h"
 #include "runtime/net/tcp/tcp_transport.h"
 
@@ -63,7 +67,10 @@ struct AllreduceBenchOptions {
   std::string rows_out;     // where rank 0 writes its rows (JSON lines); stdout when empty
   bool pin = false;         // pin peer r to CPU r mod (CPUs)
   bool progress_thread = false;  // an I/O thread per peer instead of I/O on the waiting thread
+  bool tls = false;  // --peers: also over TLS, beside plain TCP; --hosts: TLS with its files
 };
+
+constexpr const char* kTlsBackend = "dpgossip+tls";
 
 // Rank-valued inputs whose sum is exact in float: x[i] = rank + 1 + i % 3.
 void fill(std::vector<float>& v, int rank) {
@@ -81,6 +88,8 @@ bool check(const std::vector<float>& v, int n) {
 void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& sizes) {
   const net::HostsFile hosts = net::load_hosts(o.hosts);
   const int rank = net::resolve_rank(o.rank, hosts.world());
+  // The rows are the output: a peer reports only warnings and errors.
+  if (log::level() > log::Level::warn) log::set_level(log::Level::warn);
   const int n = hosts.world();
   if (o.pin) {
     cpu_set_t set;
@@ -97,6 +106,7 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   topt.socket_buffer_bytes = o.socket_buffer_bytes;
   topt.spin_us = o.spin_us;
   topt.progress_thread = o.progress_thread;
+  topt.tls = o.tls;
   const collective::Options copt{o.segment_bytes, o.small_bytes, o.scratch_slots,
                                  o.medium_bytes};
   net::TcpTransport transport(hosts, rank, collective::peers_needed(rank, n, copt), topt);
@@ -122,7 +132,7 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
     comm.allreduce(v);
     double bad = check(v, n) ? 0.0 : 1.0;
     comm.allreduce(std::span<double>(&bad, 1));
-    AllreduceRow row = make_row("dpgossip", n, bytes, times);
+    AllreduceRow row = make_row(o.tls ? kTlsBackend : "dpgossip", n, bytes, times);
     row.ok = bad == 0.0;
     rows.push_back(row);
   }
@@ -136,8 +146,9 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   }
 }
 
-// Starts --peers N local peers of this program and returns rank 0's rows.
-std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o) {
+// Starts --peers N local peers of this program (over TLS when `tls`) and returns rank 0's rows.
+// The peers share a fresh cluster secret, so the plain and the TLS runs both authenticate.
+std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o, bool tls) {
   char tmpl[] = "/tmp/dpgossip-bench.XXXXXX";
   if (!mkdtemp(tmpl)) fail(Code::unavailable, "cannot make a temporary directory in /tmp");
   const fs::path dir = tmpl;
@@ -148,7 +159,9 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o) {
       fs::remove_all(d, ec);
     }
   } cleanup{dir};
-  const net::HostsFile hosts = net::local_hosts(o.peers);
+  net::HostsFile hosts = net::local_hosts(o.peers);
+  hosts.secret = net::random_secret();
+  if (tls) make_throwaway_pki(dir.string(), hosts);
   const std::string hosts_path = (dir / "hosts.json").string();
   const std::string rows_path = (dir / "rows.jsonl").string();
   net::write_hosts(hosts, hosts_path);
@@ -166,6 +179,7 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o) {
                                    "--timeout-s", timeout.str(), "--rows-out", rows_path};
   if (o.pin) args.push_back("--pin");
   if (o.progress_thread) args.push_back("--progress-thread");
+  if (tls) args.push_back("--tls");
   const int rc = supervise(local_children(hosts, hosts_path, proc::self_path().string(), args));
   if (rc != 0) fail(Code::aborted, "the benchmark peers failed (exit " + std::to_string(rc) + ")");
   std::ifstream in(rows_path);
@@ -188,14 +202,23 @@ std::string backend_of(const std::string& baseline) {
   return baseline == "mpi" ? "openmpi" : baseline;
 }
 
-// dpgossip's bus bandwidth over a baseline's ("best": the better of those run), per round, and
-// the median and range over rounds.
+// A ratio per round, and its median and range over rounds: dpgossip's bus bandwidth over a
+// baseline's ("busbw/gloo", "busbw/mpi", "busbw/best": the better of those run), or the TLS run's
+// time over the plain one ("time tls/plain": what TLS costs).
 struct Ratio {
-  std::string over;  // "gloo", "mpi" or "best"
+  std::string label;  // its column
+  std::string row;    // the backend whose rows it is printed on
   long long bytes = 0;
   std::vector<double> per_round;
   double median = 0, min = 0, max = 0;
 };
+
+void summarise(Ratio& q) {
+  q.median = median(q.per_round);
+  const auto [lo, hi] = std::minmax_element(q.per_round.begin(), q.per_round.end());
+  q.min = *lo;
+  q.max = *hi;
+}
 
 std::string ratio_text(const Ratio& r) {
   std::ostringstream os;
@@ -206,18 +229,22 @@ std::string ratio_text(const Ratio& r) {
 
 void print_table(const std::vector<AllreduceRow>& rows, const std::vector<Ratio>& ratios,
                  const std::vector<std::string>& columns) {
-  std::cout << std::left << std::setw(10) << "backend" << std::right << std::setw(6) << "peers"
+  std::cout << std::left << std::setw(14) << "backend" << std::right << std::setw(6) << "peers"
             << std::setw(12) << "bytes" << std::setw(12) << "time_us" << std::setw(12)
             << "algbw_GB/s" << std::setw(12) << "busbw_GB/s" << std::setw(6) << "ok";
-  for (const auto& b : columns) std::cout << std::setw(22) << ("busbw/" + b);
+  for (const auto& c : columns) std::cout << std::setw(22) << c;
   std::cout << "\n" << std::fixed;
   for (const auto& r : rows) {
-    std::cout << std::left << std::setw(10) << r.backend << std::right << std::setw(6) << r.peers
+    std::cout << std::left << std::setw(14) << r.backend << std::right << std::setw(6) << r.peers
               << std::setw(12) << r.bytes << std::setw(12) << std::setprecision(1) << r.time_us
               << std::setw(12) << std::setprecision(3) << r.algbw_GBps << std::setw(12)
               << r.busbw_GBps << std::setw(6) << (r.ok ? "yes" : "NO");
-    for (const auto& q : ratios) {
-      if (r.backend == "dpgossip" && q.bytes == r.bytes) std::cout << std::setw(22) << ratio_text(q);
+    for (const auto& c : columns) {
+      std::string cell;
+      for (const auto& q : ratios) {
+        if (q.label == c && q.row == r.backend && q.bytes == r.bytes) cell = ratio_text(q);
+      }
+      std::cout << std::setw(22) << cell;
     }
     std::cout << "\n";
   }
@@ -256,14 +283,20 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
   // Each round runs every backend on every size; odd rounds run the baselines first, so that
   // neither side always follows the other. Rows are medians over rounds; each ratio is taken
   // within a round, between runs a few seconds apart, then its median over rounds is reported.
+  // With --tls, each round runs plain TCP and TLS back to back, in alternating order.
   std::vector<std::string> backends = {"dpgossip"};
+  if (o.tls) backends.push_back(kTlsBackend);
   for (const auto& b : baselines) backends.push_back(backend_of(b));
   std::vector<std::vector<AllreduceRow>> by_round;
   for (int round = 0; round < o.rounds; ++round) {
     std::vector<AllreduceRow> rows;
     auto ours = [&] {
-      auto more = run_local(o);
-      rows.insert(rows.end(), more.begin(), more.end());
+      std::vector<bool> order = {false};
+      if (o.tls) order = round % 2 == 0 ? std::vector<bool>{false, true} : std::vector<bool>{true, false};
+      for (bool tls : order) {
+        auto more = run_local(o, tls);
+        rows.insert(rows.end(), more.begin(), more.end());
+      }
     };
     if (round % 2 == 0) ours();
     for (const auto& b : baselines) {
@@ -275,8 +308,11 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
   }
   std::vector<AllreduceRow> rows;
   std::vector<Ratio> ratios;
-  std::vector<std::string> columns = baselines;
-  if (baselines.size() > 1) columns.push_back("best");
+  std::vector<std::string> over = baselines;
+  if (baselines.size() > 1) over.push_back("best");
+  std::vector<std::string> columns;
+  for (const auto& b : over) columns.push_back("busbw/" + b);
+  if (o.tls) columns.push_back("time tls/plain");
   for (const auto& backend : backends) {
     for (long long bytes : sizes) {
       std::vector<double> times;
@@ -296,29 +332,34 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
     }
   }
   for (long long bytes : sizes) {
-    for (const auto& over : columns) {
-      Ratio q{over, bytes, {}};
+    for (const auto& b : over) {
+      Ratio q{"busbw/" + b, "dpgossip", bytes, {}};
       for (const auto& round : by_round) {
         double theirs = 0;
-        for (const auto& b : baselines) {
-          if (over != "best" && over != b) continue;
-          const AllreduceRow* r = find_row(round, backend_of(b), bytes);
+        for (const auto& base : baselines) {
+          if (b != "best" && b != base) continue;
+          const AllreduceRow* r = find_row(round, backend_of(base), bytes);
           theirs = std::max(theirs, r->busbw_GBps);
         }
         const double mine = find_row(round, "dpgossip", bytes)->busbw_GBps;
         q.per_round.push_back(theirs > 0 ? mine / theirs : 0.0);
       }
-      q.median = median(q.per_round);
-      const auto [lo, hi] = std::minmax_element(q.per_round.begin(), q.per_round.end());
-      q.min = *lo;
-      q.max = *hi;
+      summarise(q);
       ratios.push_back(q);
     }
+    if (!o.tls) continue;
+    Ratio q{"time tls/plain", kTlsBackend, bytes, {}};
+    for (const auto& round : by_round) {
+      const double plain = find_row(round, "dpgossip", bytes)->time_us;
+      q.per_round.push_back(plain > 0 ? find_row(round, kTlsBackend, bytes)->time_us / plain : 0.0);
+    }
+    summarise(q);
+    ratios.push_back(q);
   }
   if (o.json) {
     for (const auto& r : rows) std::cout << bench::to_json_line(r) << "\n";
     for (const auto& q : ratios) {
-      std::cout << Json{{"ratio", "busbw/" + q.over}, {"bytes", q.bytes}, {"median", q.median},
+      std::cout << Json{{"ratio", q.label}, {"bytes", q.bytes}, {"median", q.median},
                         {"min", q.min}, {"max", q.max}, {"rounds", q.per_round.size()}}.dump()
                 << "\n";
     }
@@ -365,6 +406,9 @@ void add_bench_allreduce(CLI::App& bench) {
   c->add_flag("--pin", o->pin, "pin peer r to CPU r mod the CPU count (the baselines' ranks too)");
   c->add_flag("--progress-thread", o->progress_thread,
               "run each peer's I/O on a thread of its own (default: on the waiting thread)");
+  c->add_flag("--tls", o->tls,
+              "with --peers: also run over TLS (a throwaway CA made for this command) and report "
+              "its time over plain TCP's; with --hosts: use TLS with the hosts file's certificates");
   c->add_option("--hosts", o->hosts, "hosts file: run as one peer of it");
   c->add_option("--rank", o->rank, "this peer's rank (default: from the launcher's environment)");
   c->add_option("--rows-out", o->rows_out, "file for rank 0's rows (default: stdout)");

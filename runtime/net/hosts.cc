@@ -13,9 +13,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "runtime/core/error.h"
+#include "runtime/net/auth.h"
 
 namespace dpg::net {
 namespace {
@@ -37,6 +39,62 @@ long long integer_at(const Json& entry, const std::string& key, const std::strin
   return v.get<long long>();
 }
 
+// An optional non-empty string field (a file path); "" when absent.
+std::string path_at(const Json& object, const std::string& key, const std::string& where,
+                    const std::string& path) {
+  if (!object.contains(key)) return "";
+  const Json& v = object.at(key);
+  if (!v.is_string() || v.get<std::string>().empty())
+    bad(where, path.empty() ? key : path + "." + key,
+        "expected a non-empty string (a file path), got " + v.dump());
+  return v.get<std::string>();
+}
+
+TlsFiles parse_tls(const Json& tls, const std::string& where) {
+  if (!tls.is_object())
+    bad(where, "tls", "expected an object {\"ca_file\", \"cert_file\", \"key_file\"}, got " +
+                          tls.dump());
+  for (const auto& [key, value] : tls.items()) {
+    if (key != "ca_file" && key != "cert_file" && key != "key_file")
+      bad(where, "tls." + key, "unknown field (expected ca_file, cert_file, key_file)");
+  }
+  return {path_at(tls, "ca_file", where, "tls"), path_at(tls, "cert_file", where, "tls"),
+          path_at(tls, "key_file", where, "tls")};
+}
+
+void check_secret_length(const std::string& secret, const std::string& origin) {
+  if (secret.size() < kMinSecretBytes)
+    fail(Code::invalid_argument,
+         origin + ": the cluster secret is " + std::to_string(secret.size()) +
+             " bytes; it needs at least " + std::to_string(kMinSecretBytes) +
+             " (make one with `openssl rand -hex 32`)");
+}
+
+// A path from the hosts file, taken relative to the file's folder.
+std::string beside(const HostsFile& h, const std::string& path) {
+  const std::filesystem::path p(path);
+  if (p.is_absolute() || h.source.empty()) return path;
+  return (std::filesystem::path(h.source).parent_path() / p).string();
+}
+
+// The secret file's one line, trailing white space dropped; errors name the file and the field.
+std::string read_secret_file(const std::string& path, const std::string& field) {
+  constexpr std::size_t kMost = 4096;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(Code::not_found, field + ": " + path + ": cannot read (" + std::strerror(errno) + ")");
+  std::string text(kMost + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) fail(Code::data_loss, field + ": " + path + ": read failed");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMost)
+    fail(Code::invalid_argument, field + ": " + path + ": more than " + std::to_string(kMost) +
+                                     " bytes; a secret file holds one line");
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  if (text.find('\n') != std::string::npos)
+    fail(Code::invalid_argument, field + ": " + path + ": more than one line");
+  return text;
+}
+
 // Types and ranges of one entry; `rank` gets the rank as written, checked by the caller against
 // the world size.
 PeerAddress parse_peer(const Json& entry, size_t index, const std::string& where, long long& rank) {
@@ -44,8 +102,9 @@ PeerAddress parse_peer(const Json& entry, size_t index, const std::string& where
   if (!entry.is_object()) bad(where, path, "expected an object {\"rank\", \"host\", \"port\"}, got " +
                                                entry.dump());
   for (const auto& [key, value] : entry.items()) {
-    if (key != "rank" && key != "host" && key != "port")
-      bad(where, path + "." + key, "unknown field (a peer has rank, host and port)");
+    if (key != "rank" && key != "host" && key != "port" && key != "cert_file" && key != "key_file")
+      bad(where, path + "." + key,
+          "unknown field (a peer has rank, host, port, and optionally cert_file and key_file)");
   }
   PeerAddress p;
   rank = integer_at(entry, "rank", where, path);
@@ -59,6 +118,9 @@ PeerAddress parse_peer(const Json& entry, size_t index, const std::string& where
   p.rank = static_cast<int>(std::clamp<long long>(rank, -1, 1LL << 30));
   p.host = host.get<std::string>();
   p.port = static_cast<uint16_t>(port);
+  p.cert_file = path_at(entry, "cert_file", where, path);
+  p.key_file = path_at(entry, "key_file", where, path);
+  p.entry = static_cast<int>(index);
   return p;
 }
 
@@ -181,8 +243,9 @@ bool is_interface_address(const Address& want) {
 HostsFile parse_hosts(const Json& doc, const std::string& where) {
   if (!doc.is_object()) fail(Code::invalid_argument, where + ": expected a JSON object with \"peers\"");
   for (const auto& [key, value] : doc.items()) {
-    if (key != "peers" && key != "secret" && key != "topology")
-      bad(where, key, "unknown field (expected peers, secret, topology)");
+    if (key != "peers" && key != "secret" && key != "secret_file" && key != "tls" &&
+        key != "topology")
+      bad(where, key, "unknown field (expected peers, secret, secret_file, tls, topology)");
   }
   if (!doc.contains("peers")) bad(where, "peers", "missing");
   const Json& list = doc.at("peers");
@@ -225,11 +288,18 @@ HostsFile parse_hosts(const Json& doc, const std::string& where) {
   h.peers.resize(in_order.size());
   for (auto& p : in_order) h.peers[p.rank] = std::move(p);
 
+  if (doc.contains("secret") && doc.contains("secret_file"))
+    bad(where, "secret_file", "give secret or secret_file, not both");
   if (doc.contains("secret")) {
     const Json& s = doc.at("secret");
-    if (!s.is_string()) bad(where, "secret", "expected a string, got " + s.dump());
+    // Its type only: even a malformed secret is not echoed.
+    if (!s.is_string()) bad(where, "secret", std::string("expected a string, got ") + s.type_name());
     h.secret = s.get<std::string>();
+    h.secret_origin = where + ": secret";
+    check_secret_length(h.secret, h.secret_origin);
   }
+  h.secret_file = path_at(doc, "secret_file", where, "");
+  if (doc.contains("tls")) h.tls = parse_tls(doc.at("tls"), where);
   if (doc.contains("topology")) h.topology = doc.at("topology");
   return h;
 }
@@ -238,7 +308,40 @@ HostsFile load_hosts(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
     fail(Code::not_found, path + ": hosts file not found");
-  return parse_hosts(read_json_file(path), path);
+  HostsFile h = parse_hosts(read_json_file(path), path);
+  const char* env = std::getenv(kSecretVariable);
+  if (env != nullptr && *env != '\0') {
+    h.secret = env;
+    h.secret_origin = kSecretVariable;
+  } else if (!h.secret_file.empty()) {
+    const std::string field = path + ": secret_file";
+    h.secret = read_secret_file(beside(h, h.secret_file), field);
+    h.secret_origin = beside(h, h.secret_file) + " (" + field + ")";
+  }
+  if (!h.secret.empty()) check_secret_length(h.secret, h.secret_origin);
+  return h;
+}
+
+TlsPaths tls_paths(const HostsFile& hosts, int rank) {
+  const std::string where = hosts.source.empty() ? std::string("hosts") : hosts.source;
+  const PeerAddress& p = hosts.peers.at(static_cast<std::size_t>(rank));
+  const std::string own = peer_path(p.entry < 0 ? static_cast<size_t>(rank)
+                                                : static_cast<size_t>(p.entry));
+  auto pick = [&](const std::string& mine, const std::string& shared, const char* key,
+                  std::string& field) {
+    field = where + ": " + (mine.empty() ? std::string("tls.") + key : own + "." + key);
+    if (mine.empty() && shared.empty())
+      fail(Code::invalid_argument,
+           where + ": tls." + key + ": missing; --tls needs tls.ca_file, and a certificate and "
+           "key for rank " + std::to_string(rank) + " (tls.cert_file and tls.key_file, or " +
+           own + ".cert_file and " + own + ".key_file)");
+    return beside(hosts, mine.empty() ? shared : mine);
+  };
+  TlsPaths t;
+  t.ca = pick("", hosts.tls.ca_file, "ca_file", t.ca_field);
+  t.cert = pick(p.cert_file, hosts.tls.cert_file, "cert_file", t.cert_field);
+  t.key = pick(p.key_file, hosts.tls.key_file, "key_file", t.key_field);
+  return t;
 }
 
 HostsFile local_hosts(int peers) {
@@ -247,16 +350,37 @@ HostsFile local_hosts(int peers) {
   std::vector<Socket> keep;  // closed together on return, after every port is chosen
   keep.reserve(static_cast<size_t>(peers));
   HostsFile h;
-  for (int r = 0; r < peers; ++r) h.peers.push_back({r, "127.0.0.1", bind_free_port(keep)});
+  for (int r = 0; r < peers; ++r) {
+    PeerAddress p;
+    p.rank = r;
+    p.host = "127.0.0.1";
+    p.port = bind_free_port(keep);
+    h.peers.push_back(std::move(p));
+  }
   return h;
 }
 
 Json to_json(const HostsFile& hosts) {
   Json peers = Json::array();
-  for (const auto& p : hosts.peers)
-    peers.push_back({{"rank", p.rank}, {"host", p.host}, {"port", p.port}});
+  for (const auto& p : hosts.peers) {
+    Json entry = {{"rank", p.rank}, {"host", p.host}, {"port", p.port}};
+    if (!p.cert_file.empty()) entry["cert_file"] = p.cert_file;
+    if (!p.key_file.empty()) entry["key_file"] = p.key_file;
+    peers.push_back(std::move(entry));
+  }
   Json doc = {{"peers", std::move(peers)}};
-  if (!hosts.secret.empty()) doc["secret"] = hosts.secret;
+  // The secret as the file had it: its secret_file, else its secret, never one from the
+  // environment.
+  if (!hosts.secret_file.empty()) {
+    doc["secret_file"] = hosts.secret_file;
+  } else if (!hosts.secret.empty() && hosts.secret_origin != kSecretVariable) {
+    doc["secret"] = hosts.secret;
+  }
+  Json tls = Json::object();
+  if (!hosts.tls.ca_file.empty()) tls["ca_file"] = hosts.tls.ca_file;
+  if (!hosts.tls.cert_file.empty()) tls["cert_file"] = hosts.tls.cert_file;
+  if (!hosts.tls.key_file.empty()) tls["key_file"] = hosts.tls.key_file;
+  if (!tls.empty()) doc["tls"] = std::move(tls);
   if (!hosts.topology.is_null()) doc["topology"] = hosts.topology;
   return doc;
 }

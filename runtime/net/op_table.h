@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "runtime/core/error.h"
+#include "runtime/net/frame.h"
 #include "runtime/net/transport.h"
 
 namespace dpg::net {
@@ -32,8 +33,8 @@ struct OpSlot {
   std::byte* data = nullptr;
   std::size_t size = 0;
   std::chrono::steady_clock::time_point posted;
-  alignas(8) std::array<std::byte, 32> header{};  // the frame header of a TCP send
-  uint32_t next = 0;                              // the owner's queue link (kNone when last)
+  alignas(8) HeaderBytes header{};  // the frame header of a TCP send
+  uint32_t next = 0;                // the owner's queue link (kNone when last)
 };
 
 inline constexpr uint32_t kNone = 0xffffffffu;

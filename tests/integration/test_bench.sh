@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `dpgossip bench allreduce` end to end: 4 peers on 127.0.0.1 beside Gloo and OpenMPI (when their
 # programs are built), two paired rounds, every row checked, the ratios consistent with the
-# per-baseline ones; `bench step` beside a stand-in for the PyTorch script; and bad input refused.
+# per-baseline ones; TLS beside plain TCP with --tls; `bench step` beside a stand-in for the
+# PyTorch script; and bad input refused.
 set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -59,6 +60,22 @@ if bad:
 times = {k: r["time_us"] for k, r in rows.items()}
 print("bench rows:", ", ".join(f"{b}@{s}: {t:.0f} us" for (b, s), t in sorted(times.items())))
 ' "$work/rows.jsonl" || fail "bench allreduce output"
+
+# --tls: plain and TLS rows for every size, both correct, and TLS's time over plain TCP's.
+"$bin" bench allreduce --peers 2 --tls --sizes 4K,1M --rounds 2 --warmup 5 --repeats 10 --json \
+  >"$work/tls.jsonl" 2>"$work/tls.log" || { cat "$work/tls.log" >&2; fail "bench allreduce --tls failed"; }
+py '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+rows = {(o["backend"], o["bytes"]): o for o in lines if "backend" in o}
+ratios = {o["bytes"]: o for o in lines if o.get("ratio") == "time tls/plain"}
+for size in (4096, 1 << 20):
+    plain, tls = rows[("dpgossip", size)], rows[("dpgossip+tls", size)]
+    assert plain["ok"] and tls["ok"], (plain, tls)
+    q = ratios[size]
+    assert q["rounds"] == 2 and q["min"] <= q["median"] <= q["max"] and q["min"] > 0, q
+print("tls/plain time at 4 KiB %.2f, at 1 MiB %.2f" % (ratios[4096]["median"], ratios[1 << 20]["median"]))
+' "$work/tls.jsonl" || fail "bench allreduce --tls output"
 
 # bench step beside a PyTorch stand-in (the baseline script's interface: flags in, StepRow lines
 # out): run without a shell, with OMP_WAIT_POLICY=PASSIVE, its row read back and kept.

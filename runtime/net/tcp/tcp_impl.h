@@ -7,6 +7,7 @@
 #include <utility>  // Boost 1.74's Asio needs std::exchange declared first under g++ 12
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -27,14 +28,43 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 struct Conn {
-  Conn(asio::io_context& io, int p) : peer(p), socket(io) {}
+  // With a TLS context every byte goes through `tls`, a TLS stream over `socket`.
+  Conn(asio::io_context& io, int p, asio::ssl::context* tls_context) : peer(p), socket(io) {
+    if (tls_context != nullptr) {
+      tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket, *tls_context);
+    }
+  }
   int peer;
   tcp::socket socket;
+  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls;
+  // TLS: bytes decrypted ahead, [tls_begin, tls_end) not yet taken by the reader (tcp_reader.cc).
+  static constexpr std::size_t kTlsInBytes = 64 * 1024;
+  std::unique_ptr<std::byte[]> tls_in;
+  std::size_t tls_begin = 0, tls_end = 0;
+
+  // Whole-buffer reads and writes through TLS when it is on.
+  template <typename Buffers, typename Handler>
+  void write_all(const Buffers& buffers, Handler&& handler) {
+    if (tls) {
+      asio::async_write(*tls, buffers, std::forward<Handler>(handler));
+    } else {
+      asio::async_write(socket, buffers, std::forward<Handler>(handler));
+    }
+  }
+  template <typename Buffers, typename Handler>
+  void read_all(const Buffers& buffers, Handler&& handler) {
+    if (tls) {
+      asio::async_read(*tls, buffers, std::forward<Handler>(handler));
+    } else {
+      asio::async_read(socket, buffers, std::forward<Handler>(handler));
+    }
+  }
+
   // Reader (tcp_reader.cc): bytes read ahead into `stage` ([stage_begin, stage_end) not yet
   // used), what the reader is in the middle of, and the posted receives.
   enum class Reading { header, payload, abort_text, parked, stopped };
   static constexpr std::size_t kStageBytes = kHeaderBytes + 64 * 1024;
-  std::unique_ptr<std::byte[]> stage = std::make_unique<std::byte[]>(kStageBytes);
+  std::unique_ptr<std::byte[]> stage;  // allocated when the peer has joined
   std::size_t stage_begin = 0, stage_end = 0;
   Reading reading = Reading::header;
   FrameHeader frame;           // the frame being read, or parked until its receive is posted
@@ -70,6 +100,9 @@ struct TcpTransport::Impl {
   TcpOptions options;
   OpTable ops;
   asio::io_context io;
+  std::unique_ptr<asio::ssl::context> tls_context;  // with options.tls (tcp_tls.cc)
+  std::string secret;         // the cluster secret (hosts file or DPGOSSIP_SECRET); empty: none
+  std::string secret_origin;  // where it came from, for messages (never the secret itself)
   std::vector<std::unique_ptr<Conn>> conns;  // by peer rank; null for peers it does not talk to
   std::thread thread;  // runs io when options.progress_thread
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
@@ -100,8 +133,11 @@ struct TcpTransport::Impl {
   Conn& conn_for(int peer, const char* what);
 
   // Set-up (tcp_connect.cc): runs the io_context on the calling thread until every connection
-  // is made and checked, or throws.
+  // is made and checked (tcp_handshake.cc), or throws.
   void connect_all(const HostsFile& hosts, const std::vector<int>& peers);
+  std::unique_ptr<Conn> new_conn(int peer) {
+    return std::make_unique<Conn>(io, peer, tls_context.get());
+  }
 
   // I/O thread (tcp_transport.cc).
   void enqueue_send(uint32_t index);
@@ -118,6 +154,7 @@ struct TcpTransport::Impl {
   void arm(Conn& c);
   void stop_reading(Conn& c, const boost::system::error_code& ec);
   void on_header(Conn& c, const FrameHeader& h);
+  void malformed(Conn& c, const std::string& why);
   bool match(Conn& c);
   void lost(Conn& c, const std::string& what, const boost::system::error_code& ec);
   void send_control(FrameKind kind, const std::string& payload);
@@ -135,5 +172,13 @@ struct TcpTransport::Impl {
 
 // Sets TCP_NODELAY and, when asked, the socket buffer sizes.
 void tune_socket(tcp::socket& s, const TcpOptions& options);
+
+// The TLS context of one peer (tcp_tls.cc): its certificate and key and the CA, from the hosts
+// file; TLS 1.3, and each side verifies the other's certificate. Errors name the file and field.
+std::unique_ptr<asio::ssl::context> make_tls_context(const HostsFile& hosts, int rank);
+// "TLS: certificate verify failed (unable to get local issuer certificate)" for errors of the TLS
+// layer (with the verdict on the certificate of `c`, when given); else ec's own message.
+std::string tls_message(const boost::system::error_code& ec, Conn* c = nullptr);
+bool is_tls_error(const boost::system::error_code& ec);
 
 }  // namespace dpg::net

@@ -5,6 +5,7 @@
 // stays parked and the connection is not read further: TCP pushes back on the sender.
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -21,6 +22,17 @@ void TcpTransport::Impl::stop_reading(Conn& c, const error_code& ec) {
 // Reads without blocking. Returns the bytes read; 0 when none came, and then a readiness wait is
 // armed (the socket is empty) or reading has stopped (end of stream or an error).
 std::size_t TcpTransport::Impl::read_now(Conn& c, std::byte* into, std::size_t n) {
+  if (c.tls) {
+    // TLS: what the stream has decrypted, read ahead by arm().
+    const std::size_t got = std::min(n, c.tls_end - c.tls_begin);
+    if (got == 0) {
+      arm(c);
+      return 0;
+    }
+    std::memcpy(into, c.tls_in.get() + c.tls_begin, got);
+    c.tls_begin += got;
+    return got;
+  }
   for (;;) {
     const ssize_t got = ::recv(c.socket.native_handle(), into, n, MSG_DONTWAIT);
     if (got > 0) {
@@ -43,6 +55,20 @@ std::size_t TcpTransport::Impl::read_now(Conn& c, std::byte* into, std::size_t n
 void TcpTransport::Impl::arm(Conn& c) {
   if (c.wait_armed) return;
   c.wait_armed = true;
+  if (c.tls) {
+    // A TLS stream has no readiness to wait for: its read decrypts into tls_in, then the reader
+    // goes on from there.
+    c.tls->async_read_some(asio::buffer(c.tls_in.get(), Conn::kTlsInBytes),
+                           [this, &c](error_code ec, std::size_t got) {
+                             c.wait_armed = false;
+                             if (ec) return stop_reading(c, ec);
+                             heard_from(c);
+                             c.tls_begin = 0;
+                             c.tls_end = got;
+                             pump(c);
+                           });
+    return;
+  }
   c.socket.async_wait(tcp::socket::wait_read, [this, &c](error_code ec) {
     c.wait_armed = false;
     if (ec) return stop_reading(c, ec);
@@ -87,9 +113,7 @@ bool TcpTransport::Impl::pump(Conn& c) {
         std::string why;
         const auto h = decode_header(bytes, why);
         if (!h) {
-          c.reading = Conn::Reading::stopped;
-          ops.poison(Code::data_loss, prefix() + "peer " + std::to_string(c.peer) +
-                                          " sent a malformed frame: " + why);
+          malformed(c, why);
           return completed;
         }
         on_header(c, *h);
@@ -158,12 +182,7 @@ void TcpTransport::Impl::on_header(Conn& c, const FrameHeader& h) {
         closed_early(c);
       }
       return;
-    case FrameKind::abort:
-      if (h.length > kMaxAbortBytes) {
-        c.reading = Conn::Reading::stopped;
-        ops.poison(Code::aborted, prefix() + "peer " + std::to_string(c.peer) + " aborted");
-        return;
-      }
+    case FrameKind::abort:  // decode_header bounded its length by kMaxAbortBytes
       c.abort_text.resize(h.length);
       c.dst = reinterpret_cast<std::byte*>(c.abort_text.data());
       c.left = h.length;
@@ -177,7 +196,22 @@ void TcpTransport::Impl::on_header(Conn& c, const FrameHeader& h) {
       c.reading = Conn::Reading::parked;
       match(c);
       return;
+    case FrameKind::hello:
+    case FrameKind::challenge:
+    case FrameKind::proof:
+      return malformed(c, std::string("a ") + to_string(h.kind) + " frame after the handshake");
   }
+}
+
+// A frame that fails its checks: nothing more is read from that peer (its stream can no longer
+// be trusted to be in step), the connection's receive side is shut and the transport fails
+// naming the peer.
+void TcpTransport::Impl::malformed(Conn& c, const std::string& why) {
+  c.reading = Conn::Reading::stopped;
+  error_code ignored;
+  c.socket.shutdown(tcp::socket::shutdown_receive, ignored);
+  ops.poison(Code::data_loss,
+             prefix() + "peer " + std::to_string(c.peer) + " sent a malformed frame: " + why);
 }
 
 // Pairs the parked header with the posted receive of the same tag and checks the length before

@@ -22,7 +22,9 @@ using Clock = std::chrono::steady_clock;
 
 // Writes a send's header and payload as far as the socket takes them now; returns the bytes
 // written (0 when it is full).
-std::size_t write_now(tcp::socket& socket, const OpSlot& s, error_code& ec) {
+std::size_t write_now(Conn& c, const OpSlot& s, error_code& ec) {
+  if (c.tls) return 0;  // TLS: the stream encrypts and writes, on the reactor
+  tcp::socket& socket = c.socket;
   iovec iov[2] = {{const_cast<std::byte*>(s.header.data()), kHeaderBytes}, {s.data, s.size}};
   msghdr msg{};
   msg.msg_iov = iov;
@@ -65,7 +67,8 @@ TcpTransport::Impl::Impl(int r, int w, TcpOptions o)
     const bool recv = op.kind == OpKind::recv && conns[op.peer];
     if (recv && pump(*conns[op.peer])) return;
     const auto now = Clock::now();
-    bool writing = !recv;
+    // TLS: received bytes arrive through the reactor (the stream's reads), so it always runs.
+    bool writing = !recv || options.tls;
     for (const auto& c : conns) writing = writing || (c && c->writing);
     if (writing || now - last_poll > std::chrono::milliseconds(1)) {
       io.poll();
@@ -140,7 +143,7 @@ void TcpTransport::Impl::start_write(Conn& c) {
   while (c.send_head != kNone && !ops.poisoned()) {
     OpSlot& s = ops.slot(c.send_head);
     error_code ec;
-    const std::size_t wrote = write_now(c.socket, s, ec);
+    const std::size_t wrote = write_now(c, s, ec);
     if (ec) return lost(c, "sending", ec);
     if (wrote == kHeaderBytes + s.size) {
       send_done(c);
@@ -151,7 +154,7 @@ void TcpTransport::Impl::start_write(Conn& c) {
     const std::size_t of_header = std::min(wrote, kHeaderBytes);
     bufs[0] += of_header;
     bufs[1] += wrote - of_header;
-    asio::async_write(c.socket, bufs, [this, &c](error_code ec, std::size_t) {
+    c.write_all(bufs, [this, &c](error_code ec, std::size_t) {
       c.writing = false;
       if (ec) return lost(c, "sending", ec);
       send_done(c);
@@ -164,7 +167,7 @@ void TcpTransport::Impl::start_write(Conn& c) {
     c.writing = true;
     encode_header(FrameHeader{FrameKind::heartbeat, Tag{ops.waiting() ? 1u : 0u, 0, 0}, 0},
                   c.beat_header);
-    asio::async_write(c.socket, asio::buffer(c.beat_header), [this, &c](error_code ec, std::size_t) {
+    c.write_all(asio::buffer(c.beat_header), [this, &c](error_code ec, std::size_t) {
       c.writing = false;
       if (ec) return lost(c, "sending", ec);
       start_write(c);
@@ -175,7 +178,7 @@ void TcpTransport::Impl::start_write(Conn& c) {
     c.writing = true;
     std::array<asio::const_buffer, 2> bufs = {asio::buffer(c.control_header),
                                               asio::buffer(c.control_payload)};
-    asio::async_write(c.socket, bufs, [&c](error_code, std::size_t) {
+    c.write_all(bufs, [&c](error_code, std::size_t) {
       c.writing = false;
       c.control_sent = true;
     });
@@ -194,13 +197,15 @@ void TcpTransport::Impl::enqueue_recv(uint32_t index) {
 
 void TcpTransport::Impl::lost(Conn& c, const std::string& what, const error_code& ec) {
   if (ec == asio::error::operation_aborted) return;
-  if (ec == asio::error::eof) c.eof = true;
+  // A TLS peer that closes its socket after its bye, without TLS's own close, reads as a
+  // truncated stream; the bye inside the stream already said it was finished.
+  if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated) c.eof = true;
   if (c.eof && c.bye_received) {
     if (c.recv_head != kNone) closed_early(c);
     return;  // a clean goodbye
   }
   ops.poison(Code::unavailable, prefix() + "connection to peer " + std::to_string(c.peer) +
-                                    " lost while " + what + " (" + ec.message() +
+                                    " lost while " + what + " (" + tls_message(ec, &c) +
                                     "); that peer stopped or its network failed");
 }
 
@@ -314,6 +319,14 @@ TcpTransport::TcpTransport(const HostsFile& hosts, int rank, const std::vector<i
     dpg::fail(Code::invalid_argument, "rank " + std::to_string(rank) + " is outside the hosts list of " +
                                      std::to_string(hosts.world()) + " peers");
   }
+  Impl& t = *impl_;
+  if (t.options.handshake_timeout.count() <= 0) {
+    t.options.handshake_timeout = std::clamp<std::chrono::milliseconds>(
+        t.options.connect_timeout / 4, std::chrono::milliseconds(200), std::chrono::seconds(10));
+  }
+  t.secret = hosts.secret;
+  t.secret_origin = hosts.secret_origin.empty() ? "the hosts list" : hosts.secret_origin;
+  if (t.options.tls) t.tls_context = make_tls_context(hosts, rank);
   impl_->connect_all(hosts, peers);
   for (auto& c : impl_->conns) {
     if (!c) continue;
@@ -346,6 +359,12 @@ std::chrono::milliseconds TcpTransport::timeout() const { return impl_->options.
 
 Handle TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   impl_->conn_for(peer, "send to");
+  if (data.size() > kMaxDataBytes) {
+    dpg::fail(Code::invalid_argument, impl_->prefix() + "send to peer " + std::to_string(peer) +
+                                          " of " + std::to_string(data.size()) +
+                                          " bytes: one message carries at most " +
+                                          std::to_string(kMaxDataBytes));
+  }
   Handle h = impl_->ops.post(OpKind::send, peer, tag, const_cast<std::byte*>(data.data()),
                              data.size());
   encode_header(FrameHeader{FrameKind::data, tag, data.size()}, impl_->ops.slot(h.slot).header);

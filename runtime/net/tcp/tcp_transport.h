@@ -22,13 +22,22 @@ struct TcpOptions {
   // false: the waiting thread runs the I/O itself (lowest latency; nothing moves while no one
   // waits). true: an I/O thread runs it, so messages flow while the caller computes.
   bool progress_thread = false;
+  // How long one connection may take over its handshake before it is dropped (a peer that
+  // connects and says nothing must not hold the set-up). 0: a quarter of connect_timeout,
+  // between 200 ms and 10 s; a genuine peer needs a few round trips.
+  std::chrono::milliseconds handshake_timeout{0};
+  // Wrap every connection in TLS 1.3 with the hosts file's certificates (tls, peers[].cert_file):
+  // each peer verifies the other's certificate against the CA. Costs throughput (encryption and
+  // a copy out of the TLS buffer; see docs/BENCHMARKS.md).
+  bool tls = false;
 };
 
 class TcpTransport final : public Transport {
  public:
   // Listens at hosts.peers[rank], connects to every rank in `peers` (the peers this one talks
-  // to; the relation must be symmetric) and checks each handshake. Returns when all are
-  // connected; throws naming the peer that never answered or refused.
+  // to; the relation must be symmetric) and checks each handshake: with hosts.secret every peer
+  // proves it (docs/SECURITY.md). Returns when all are connected; throws naming the peer that
+  // never answered or refused. Connections that fail their handshake are logged and dropped.
   TcpTransport(const HostsFile& hosts, int rank, const std::vector<int>& peers,
                TcpOptions options);
   // Says goodbye to every peer and waits (bounded) for theirs, or, after a failure, tells every

@@ -77,7 +77,7 @@ std::string rank_error(std::optional<int> flag, int world) {
 TEST_CASE("hosts: a good document parses, ordered by rank, with secret and topology") {
   Json doc = {{"peers", {peer(2, "10.0.0.2", 29500), peer(0, "127.0.0.1", 29500),
                          peer(1, "127.0.0.1", 29501)}},
-              {"secret", "s3cret"},
+              {"secret", "s3cret-s3cret-s3cret"},
               {"topology", {{"kind", "ring"}}}};
   const HostsFile h = dpg::net::parse_hosts(doc, "hosts.json");
   REQUIRE(h.world() == 3);
@@ -85,7 +85,8 @@ TEST_CASE("hosts: a good document parses, ordered by rank, with secret and topol
   CHECK(h.peers[0].port == 29500);
   CHECK(h.peers[1].port == 29501);
   CHECK(h.peers[2].host == "10.0.0.2");
-  CHECK(h.secret == "s3cret");
+  CHECK(h.secret == "s3cret-s3cret-s3cret");
+  CHECK(h.secret_origin == "hosts.json: secret");
   CHECK(h.topology == Json{{"kind", "ring"}});
   CHECK(h.source == "hosts.json");
 
@@ -107,7 +108,8 @@ TEST_CASE("hosts: document and peer structure errors name the file and the path"
 
   doc = three_peers();
   doc["secret"] = 42;
-  CHECK(contains(parse_error(doc), "hosts.json: secret: expected a string"));
+  CHECK(contains(parse_error(doc), "hosts.json: secret: expected a string, got number"));
+  CHECK_FALSE(contains(parse_error(doc), "42"));
 
   doc = three_peers();
   doc["peers"][1] = "127.0.0.1:29501";
@@ -222,7 +224,7 @@ TEST_CASE("hosts: load_hosts errors and a write/load round trip") {
   }
 
   HostsFile h = dpg::net::parse_hosts(three_peers(), "in code");
-  h.secret = "token";
+  h.secret = "token-token-token-token";
   h.topology = Json{{"kind", "ring"}, {"degree", 2}};
   const std::string path = (dir.path / "hosts.json").string();
   dpg::net::write_hosts(h, path);
@@ -234,7 +236,7 @@ TEST_CASE("hosts: load_hosts errors and a write/load round trip") {
     CHECK(back.peers[r].host == h.peers[r].host);
     CHECK(back.peers[r].port == h.peers[r].port);
   }
-  CHECK(back.secret == "token");
+  CHECK(back.secret == "token-token-token-token");
   CHECK(back.topology == h.topology);
   int files = 0;
   for (const auto& e : fs::directory_iterator(dir.path)) files += e.path().filename() == "hosts.json" ? 1 : 0;

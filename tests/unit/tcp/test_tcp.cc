@@ -11,6 +11,7 @@
 #include "runtime/core/error.h"
 #include "runtime/net/hosts.h"
 #include "runtime/net/tcp/tcp_transport.h"
+#include "tests/unit/tcp/tcp_test_util.h"
 
 using namespace std::chrono_literals;
 using dpg::collective::Communicator;
@@ -18,35 +19,7 @@ using dpg::net::HostsFile;
 using dpg::net::TcpOptions;
 using dpg::net::TcpTransport;
 
-namespace {
-
-std::vector<int> peers_of(int r, int n) { return dpg::collective::peers_needed(r, n, {}); }
-
-// Runs body on n peer threads over TCP; returns each rank's error message ("" when it passed).
-// Each rank connects to `peers[rank]`, or by default to what a communicator needs.
-std::vector<std::string> run_tcp(int n, TcpOptions o,
-                                 const std::function<void(TcpTransport&)>& body,
-                                 const std::function<TcpOptions(int, TcpOptions)>& per_rank = {},
-                                 const std::vector<std::vector<int>>& peers = {}) {
-  HostsFile hosts = dpg::net::local_hosts(n);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        TcpTransport t(hosts, r, peers.empty() ? peers_of(r, n) : peers[r],
-                       per_rank ? per_rank(r, o) : o);
-        body(t);
-      } catch (const dpg::Error& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-}  // namespace
+using dpg::test::run_tcp;
 
 TEST_CASE("all-reduce over TCP: 4 peers, odd and large sizes, tiny and default segments") {
   for (bool thread : {false, true}) {
@@ -83,10 +56,7 @@ TEST_CASE("peers with different config hashes refuse to connect and say why") {
   o.connect_timeout = 5s;
   auto errors = run_tcp(
       2, o, [](TcpTransport&) {},
-      [](int r, TcpOptions opt) {
-        opt.config_hash = r == 0 ? 0x1111 : 0x2222;
-        return opt;
-      });
+      [](int r, TcpOptions& opt, HostsFile&) { opt.config_hash = r == 0 ? 0x1111 : 0x2222; });
   bool named = false;
   for (auto& e : errors) named = named || e.find("different training configuration") != e.npos;
   CHECK(named);

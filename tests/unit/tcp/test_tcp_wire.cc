@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "runtime/core/error.h"
+#include "runtime/net/auth.h"
 #include "runtime/net/frame.h"
 #include "runtime/net/hosts.h"
 #include "runtime/net/tcp/tcp_transport.h"
+#include "tests/unit/tcp/tcp_test_util.h"
 
 using namespace std::chrono_literals;
 using dpg::net::FrameHeader;
@@ -35,25 +37,21 @@ constexpr uint64_t kHash = 0x5eed;
 class FakePeer {
  public:
   explicit FakePeer(int port) {
-    const auto until = std::chrono::steady_clock::now() + 10s;
-    while (std::chrono::steady_clock::now() < until) {
-      fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(static_cast<uint16_t>(port));
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) break;
-      ::close(fd_);
-      fd_ = -1;
-      std::this_thread::sleep_for(10ms);
-    }
+    fd_ = dpg::test::connect_loopback(port);
     REQUIRE(fd_ >= 0);
-    int one = 1;
-    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    HeaderBytes hello;
+    // The handshake without a secret: hello and challenge each way.
+    dpg::net::HelloBytes hello;
     dpg::net::encode_hello(dpg::net::Hello{1, 2, kHash}, hello);
-    write(hello.data(), hello.size());
-    HeaderBytes answer;
+    dpg::net::ChallengeBytes challenge;
+    dpg::net::encode_challenge(dpg::net::Challenge{dpg::net::AuthMode::none, {}}, challenge);
+    auto opening = frame(FrameKind::hello, Tag{}, std::vector<std::byte>(hello.begin(), hello.end()),
+                         hello.size());
+    const auto second = frame(FrameKind::challenge, Tag{},
+                              std::vector<std::byte>(challenge.begin(), challenge.end()),
+                              challenge.size());
+    opening.insert(opening.end(), second.begin(), second.end());
+    write(opening.data(), opening.size());
+    std::vector<std::byte> answer(2 * dpg::net::kHeaderBytes + hello.size() + challenge.size());
     std::size_t got = 0;
     while (got < answer.size()) {
       const ssize_t n = ::recv(fd_, answer.data() + got, answer.size() - got, 0);
@@ -217,4 +215,33 @@ TEST_CASE("wire: a stream cut off inside a payload fails the wait, naming the pe
     p.close();
   });
   CHECK(error.find("connection to peer 1 lost while receiving") != std::string::npos);
+}
+
+TEST_CASE("wire: a corrupt, oversized or out-of-place header fails the wait, naming the peer") {
+  struct Case {
+    const char* name;
+    std::vector<std::byte> bytes;
+    const char* want;
+  };
+  auto header = [](FrameKind kind, uint64_t length) {
+    return FakePeer::frame(kind, kTagA, {}, length);
+  };
+  std::vector<Case> cases;
+  auto flipped = header(FrameKind::data, 16);
+  flipped[13] ^= std::byte{0x10};  // the tag's chunk, under the checksum
+  cases.push_back({"flipped bit", flipped, "checksum mismatch"});
+  cases.push_back({"oversized", header(FrameKind::data, dpg::net::kMaxDataBytes + 1),
+                   "data frame of 1099511627777 bytes"});
+  cases.push_back({"long abort", header(FrameKind::abort, dpg::net::kMaxAbortBytes + 1),
+                   "abort frame of 4097 bytes"});
+  cases.push_back({"late hello", header(FrameKind::hello, dpg::net::kHelloBytes),
+                   "a hello frame after the handshake"});
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    std::vector<std::byte> buf(16);
+    const std::string error = wait_error(buf, [&](FakePeer& p) { p.write(c.bytes.data(), c.bytes.size()); });
+    CHECK(error.find("peer 1 sent a malformed frame") != std::string::npos);
+    CHECK(error.find(c.want) != std::string::npos);
+    CHECK(buf == std::vector<std::byte>(16));
+  }
 }
