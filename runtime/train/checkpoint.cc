@@ -326,7 +326,7 @@ void CheckpointDir::reserve(long long until) const {
   if (ec) fail(Code::failed_precondition, folder_ + ": cannot create: " + ec.message());
   const Json j = {{"reserved_until", until}, {"rank", rank_}};
   write_file_atomic((fs::path(folder_) / "ledger.json").string(), j.dump() + "\n",
-                    {.durable = true, .mode = 0600});
+                    {.durable = true, .mode = 0600, .before_rename = {}});
 }
 
 }  // namespace dpg::train
