@@ -24,7 +24,7 @@ struct AtomicWriteOptions {
   // loss the path holds the old bytes or the new ones, never a prefix (checkpoints need it;
   // reports can do without the two disk flushes).
   bool durable = false;
-  unsigned mode = 0644;  // permission bits of a new file (0600: only its owner may read it)
+  unsigned mode = 0666;  // permission bits of a new file, less the umask (0600: owner only)
   // Called after the bytes are written (and synced) and before the rename; a test pauses here to
   // kill the process mid-write.
   std::function<void()> before_rename;
