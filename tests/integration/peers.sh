@@ -32,18 +32,3 @@ start_peers() {
   done
   echo "training did not start"; cat "$work"/rank-*.log; exit 1
 }
-
-# Waits at most $1 seconds for the given ranks; fails if one is still running or exited 0.
-expect_exit() {
-  local limit=$1; shift
-  local start=$SECONDS
-  for r in "$@"; do
-    while kill -0 "${pids[$r]}" 2>/dev/null; do
-      if (( SECONDS - start > limit )); then echo "rank $r still running after $limit s"; exit 1; fi
-      sleep 0.1
-    done
-    set +e; wait "${pids[$r]}"; local rc=$?; set -e
-    [ $rc -ne 0 ] || { echo "rank $r exited 0"; exit 1; }
-  done
-}
-

@@ -13,11 +13,30 @@
 set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-require_fmnist
-source "$(dirname "${BASH_SOURCE[0]}")/peers.sh"
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# A small synthetic set (4 classes, 16 features), so that a run of 750 steps takes seconds.
+py '
+import random, sys
+random.seed(3)
+for name, n in (("train", 8000), ("test", 1000)):
+    with open(sys.argv[1] + "/" + name + ".csv", "w") as out:
+        for _ in range(n):
+            y = random.randrange(4)
+            xs = [random.gauss(2.0 if j % 4 == y else 0.0, 1.0) for j in range(16)]
+            out.write(",".join([str(y)] + ["%.4f" % x for x in xs]) + "\n")
+' "$work"
+"$bin" prepare --format csv --train-csv "$work/train.csv" --test-csv "$work/test.csv" \
+  --out "$work/data" >/dev/null
 
 n=4
-train=(train --algo allreduce --data "$work/data" --epochs 3 --batch-size 1024 --hidden 32
+train=(train --algo allreduce --data "$work/data" --epochs 6 --batch-size 64 --hidden 16
        --noise-multiplier 1.0 --noise-seed 11 --threads 1 --metrics "" --json)
 
 # start_run DIR [FLAGS...]: the four peers in the background (pids[], logs $work/rank-R.log,
@@ -76,8 +95,8 @@ cp "$work/out-0.json" "$work/whole.json"
 
 # 1. SIGKILL mid-run, then a corrupt newest checkpoint on rank 3.
 ck="$work/ck1"
-start_run "$ck" --checkpoint-every 20
-wait_for "$ck/rank-3/step-000000000060.ckpt"
+start_run "$ck" --checkpoint-every 50
+wait_for "$ck/rank-3/step-000000000150.ckpt"
 kill -9 "${pids[2]}"
 wait "${pids[2]}" 2>/dev/null || true
 expect_exit 20 0 1 3
@@ -86,32 +105,32 @@ for r in 0 1 3; do
 done
 newest=$(ls "$ck/rank-3"/step-*.ckpt | tail -1)
 printf '\x55' | dd of="$newest" bs=1 seek=200 conv=notrunc status=none
-start_run "$ck" --checkpoint-every 20 --resume
+start_run "$ck" --checkpoint-every 50 --resume
 finish_run
 grep -q "checksum mismatch" "$work/rank-3.log" || { echo "rank 3 did not report its damaged file"; exit 1; }
 py '
 import json, sys
 s = json.loads(open(sys.argv[1]).read().splitlines()[-1])
-assert s["resumed_from_step"] == int(sys.argv[2]) - 20, (s["resumed_from_step"], sys.argv[2])
+assert s["resumed_from_step"] == int(sys.argv[2]) - 50, (s["resumed_from_step"], sys.argv[2])
 assert s["replay_charged_steps"] == 0, s
 ' "$work/out-0.json" "$(step_of "$newest")"
 same_as_whole "SIGKILL"
 
-# 2. Rank 1 is killed while writing its step-40 checkpoint: peers go back to step 20.
+# 2. Rank 1 is killed while writing its step-100 checkpoint: peers go back to step 50.
 ck="$work/ck2"
-pause="1 40:60" start_run "$ck" --checkpoint-every 20
-wait_for "$ck/rank-1/step-000000000040.ckpt.tmp.*"
+pause="1 100:60" start_run "$ck" --checkpoint-every 50
+wait_for "$ck/rank-1/step-000000000100.ckpt.tmp.*"
 kill -9 "${pids[1]}"
 wait "${pids[1]}" 2>/dev/null || true
 expect_exit 20 0 2 3
-[ ! -e "$ck/rank-1/step-000000000040.ckpt" ] || { echo "the interrupted write was renamed"; exit 1; }
-start_run "$ck" --checkpoint-every 20 --resume
+[ ! -e "$ck/rank-1/step-000000000100.ckpt" ] || { echo "the interrupted write was renamed"; exit 1; }
+start_run "$ck" --checkpoint-every 50 --resume
 finish_run
 [ -z "$(compgen -G "$ck/rank-1/*.tmp.*")" ] || { echo "the temporary file was left"; exit 1; }
 py '
 import json, sys
 s = json.loads(open(sys.argv[1]).read().splitlines()[-1])
-assert s["resumed_from_step"] == 20, s["resumed_from_step"]
+assert s["resumed_from_step"] == 50, s["resumed_from_step"]
 ' "$work/out-0.json"
 same_as_whole "killed mid-write"
 
