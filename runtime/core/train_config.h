@@ -155,8 +155,8 @@ struct TrainConfig {
   int checkpoint_keep = 3;           // each peer keeps its newest K checkpoints
   bool resume = false;               // continue from the newest checkpoint every peer has
   // Steps between the points where the peers agree whether a signal asked them to stop (one
-  // small all-reduce each). 0: every step, or every 25 for the asynchronous algorithms, which
-  // drain their messages at each such point.
+  // 8-byte all-reduce each, which a small model's step feels). 0: every 10 steps, or every 25
+  // for the asynchronous algorithms, which drain their messages at each such point.
   long long stop_check_every = 0;
 };
 

@@ -27,7 +27,12 @@
 namespace dpg::train {
 namespace {
 
-// The asynchronous algorithms drain their messages at each check, so they check less often.
+// The default spacing of the stop checks. Each is a one-value all-reduce: on a model small
+// enough that a step is a few milliseconds, a check every step cost as much as the step's own
+// all-reduce (docs/RELIABILITY.md); every 10 steps it is a tenth of that, and a signal still
+// stops the run within 10 steps. The asynchronous algorithms also drain their messages at each
+// check, so they check less often.
+constexpr long long kStopCheckEvery = 10;
 constexpr long long kAsyncStopCheckEvery = 25;
 
 void warn(const std::string& what) { DPG_WARN("train: checkpoint " << what); }
@@ -76,7 +81,7 @@ Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
   const TrainConfig& c = config_;
   const bool async = world() > 1 && algo_info(c.algo).asynchronous;
   stop_check_every_ = c.stop_check_every > 0 ? c.stop_check_every
-                                             : (async ? kAsyncStopCheckEvery : 1);
+                                             : (async ? kAsyncStopCheckEvery : kStopCheckEvery);
   Progress p;
   if (c.checkpoint_dir.empty()) return p;
   checkpoints_ = std::make_unique<CheckpointDir>(c.checkpoint_dir, rank(), c.checkpoint_keep);

@@ -77,8 +77,9 @@ void require_ok(const std::vector<test::PeerResult>& peers) {
   for (const auto& p : peers) REQUIRE(p.error == "");
 }
 
-// Stops every peer at step 8 (rank 2 is signalled before step 7), then resumes: each peer's
-// model, the epsilons and the last epoch line equal the uninterrupted run's.
+// Stops every peer at the first stop check after rank 2 is signalled before step 7 (step 10 by
+// default, step 8 when every step is checked), then resumes: each peer's model, the epsilons and
+// the last epoch line equal the uninterrupted run's.
 void check_stop_and_resume(TrainConfig c, const std::vector<train::GossipPhase>& phases,
                            int world) {
   const auto whole = run(world, c, phases);
@@ -89,10 +90,11 @@ void check_stop_and_resume(TrainConfig c, const std::vector<train::GossipPhase>&
     if (rank == 2 && t == 7) stop = true;
   });
   require_ok(stopped);
+  const long long at = c.stop_check_every == 1 ? 8 : 10;
   for (int r = 0; r < world; ++r) {
     const auto& s = stopped[static_cast<std::size_t>(r)].summary;
-    CHECK(s.stopped_at == 8);
-    CHECK(train::CheckpointDir(dir.path.string(), r, 3).listed() == std::vector<long long>{8});
+    CHECK(s.stopped_at == at);
+    CHECK(train::CheckpointDir(dir.path.string(), r, 3).listed() == std::vector<long long>{at});
   }
   c.resume = true;
   const auto resumed = run(world, c, phases);
@@ -101,7 +103,7 @@ void check_stop_and_resume(TrainConfig c, const std::vector<train::GossipPhase>&
     CAPTURE(r);
     const auto& a = whole[static_cast<std::size_t>(r)];
     const auto& b = resumed[static_cast<std::size_t>(r)];
-    CHECK(b.summary.resumed_from == 8);
+    CHECK(b.summary.resumed_from == at);
     CHECK(b.summary.replay_charged_steps == 0);
     CHECK(b.params == a.params);
     CHECK(b.summary.epsilon == a.summary.epsilon);
@@ -130,8 +132,10 @@ TEST_CASE("resume: all-reduce with buckets, shuffled batches") {
   check_stop_and_resume(c, {}, 4);
 }
 
-TEST_CASE("resume: gossip on a ring ends bit for bit as if never stopped") {
-  check_stop_and_resume(test::small_config(Algo::gossip), ring(4), 4);
+TEST_CASE("resume: gossip on a ring, checking for a stop every step, ends bit for bit") {
+  TrainConfig c = test::small_config(Algo::gossip);
+  c.stop_check_every = 1;
+  check_stop_and_resume(c, ring(4), 4);
 }
 
 TEST_CASE("resume: ps-sync (a server's optimiser) and local-sgd end bit for bit") {
