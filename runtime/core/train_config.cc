@@ -383,8 +383,8 @@ std::vector<ConfigField> make_table() {
             "continue from the newest checkpoint every peer has (none anywhere: from the start)")
           .control(),
       field(&C::stop_check_every, "stop_check_every", "--stop-check-every",
-            "steps between the peers' agreement to stop on a signal (0: 10, or 25 for ps-async "
-            "and ad-psgd)",
+            "steps between the peers' agreement to stop on a signal, besides each epoch's start "
+            "and each checkpoint (0: 10, or none for ps-async and ad-psgd)",
             between(0, 1e12))
           .control(),
   };

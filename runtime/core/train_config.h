@@ -155,8 +155,9 @@ struct TrainConfig {
   int checkpoint_keep = 3;           // each peer keeps its newest K checkpoints
   bool resume = false;               // continue from the newest checkpoint every peer has
   // Steps between the points where the peers agree whether a signal asked them to stop (one
-  // 8-byte all-reduce each, which a small model's step feels). 0: every 10 steps, or every 25
-  // for the asynchronous algorithms, which drain their messages at each such point.
+  // 8-byte all-reduce each, which a small model's step feels); every epoch's start and every
+  // checkpoint step are such points too. 0: every 10 steps, or for the asynchronous algorithms
+  // only those (each point is a meeting of every peer, which they otherwise never have).
   long long stop_check_every = 0;
 };
 

@@ -266,7 +266,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     for (; p.step < end; ++p.step) {
       p.train_seconds = train_before + seconds_since(epoch_start) - metrics_seconds;
       p.wall_seconds = seconds_since(s.start);
-      if (at_boundary(s, p)) {
+      if (at_boundary(s, p, p.step == epoch_end(epoch - 1))) {
         summary.stopped_at = p.step;
         s.algorithm->finish(s.model.params());
         break;

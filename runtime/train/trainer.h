@@ -82,7 +82,7 @@ class Trainer {
   Progress start_checkpoints(RunState& s, TrainSummary& summary);
   // At the boundary before step p.step: the stop check and the checkpoint when due. Returns
   // whether every peer stops here.
-  bool at_boundary(RunState& s, const Progress& p);
+  bool at_boundary(RunState& s, const Progress& p, bool epoch_start);
   void write_checkpoint(RunState& s, const Progress& p, bool stopping);
   // The newest step that every peer has in `mine` (ascending), or -1 when there is none;
   // `newest` lists each peer's newest, `any` says whether some peer has one.
@@ -104,7 +104,7 @@ class Trainer {
   std::unique_ptr<CheckpointDir> checkpoints_;
   long long start_step_ = 0;       // where this run began (0, or the step it resumed from)
   long long reserved_floor_ = 0;   // steps an abandoned continuation reached that a replay repeats
-  long long stop_check_every_ = 1;
+  long long stop_check_every_ = 0;  // 0: only at epoch starts and checkpoints
 };
 
 }  // namespace dpg::train

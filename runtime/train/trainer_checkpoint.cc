@@ -1,7 +1,7 @@
 // The Trainer's checkpoints, resume and stop checks (docs/RELIABILITY.md).
 //
-// Boundaries. Before step t, at every multiple of stop_check_every and of checkpoint_every,
-// every peer (a) lets the algorithm settle its own messages (Algorithm::quiesce), (b) sums
+// Boundaries. Before step t, at every multiple of stop_check_every and of checkpoint_every, and
+// at each epoch's first step, every peer (a) lets the algorithm settle its own messages (Algorithm::quiesce), (b) sums
 // everyone's stop flag in a one-value all-reduce, so that all peers stop at the same step
 // however many of them were signalled, and (c) when stopping or at a checkpoint step, writes its
 // checkpoint and meets the others at a barrier, so that no peer's step t can touch the state
@@ -30,10 +30,10 @@ namespace {
 // The default spacing of the stop checks. Each is a one-value all-reduce: on a model small
 // enough that a step is a few milliseconds, a check every step cost as much as the step's own
 // all-reduce (docs/RELIABILITY.md); every 10 steps it is a tenth of that, and a signal still
-// stops the run within 10 steps. The asynchronous algorithms also drain their messages at each
-// check, so they check less often.
+// stops the run within 10 steps. The asynchronous algorithms check only at each epoch's start
+// (just after the evaluation's collectives) and at checkpoints: any periodic check would be a
+// meeting of every peer that keeps the fast ones within a period of the slowest.
 constexpr long long kStopCheckEvery = 10;
-constexpr long long kAsyncStopCheckEvery = 25;
 
 void warn(const std::string& what) { DPG_WARN("train: checkpoint " << what); }
 
@@ -80,8 +80,7 @@ long long Trainer::agree_on_step(const std::vector<long long>& mine, std::string
 Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
   const TrainConfig& c = config_;
   const bool async = world() > 1 && algo_info(c.algo).asynchronous;
-  stop_check_every_ = c.stop_check_every > 0 ? c.stop_check_every
-                                             : (async ? kAsyncStopCheckEvery : kStopCheckEvery);
+  stop_check_every_ = c.stop_check_every > 0 ? c.stop_check_every : (async ? 0 : kStopCheckEvery);
   Progress p;
   if (c.checkpoint_dir.empty()) return p;
   checkpoints_ = std::make_unique<CheckpointDir>(c.checkpoint_dir, rank(), c.checkpoint_keep);
@@ -158,11 +157,12 @@ Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
   return p;
 }
 
-bool Trainer::at_boundary(RunState& s, const Progress& p) {
+bool Trainer::at_boundary(RunState& s, const Progress& p, bool epoch_start) {
   const long long t = p.step;
   const long long every = config_.checkpoint_every;
   const bool checkpoint_due = checkpoints_ && every > 0 && t % every == 0 && t != start_step_;
-  if (!checkpoint_due && t % stop_check_every_ != 0) return false;
+  const bool check_due = epoch_start || (stop_check_every_ > 0 && t % stop_check_every_ == 0);
+  if (!checkpoint_due && !check_due) return false;
   if (comm_) s.algorithm->quiesce(t);
   bool stop = stop_flag_ != nullptr && stop_flag_->load(std::memory_order_relaxed);
   if (comm_) {

@@ -53,6 +53,13 @@ expect_error() {
     fail "$*: error does not mention '$want': $err"
   fi
 }
+# peer_work: makes $work and an empty pids[]; on exit every process in pids[] is killed (by its
+# pid) and $work is removed.
+peer_work() {
+  work=$(mktemp -d)
+  pids=()
+  trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+}
 # Waits at most $1 seconds for the given ranks; fails if one is still running or exited 0.
 expect_exit() {
   local limit=$1; shift

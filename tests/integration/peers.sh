@@ -1,13 +1,7 @@
 # Shared by the peer-failure tests: source it after lib.sh and `require_fmnist`. Makes $work
-# (removed on exit, with every peer started here), prepares the data, and defines start_peers and
-# expect_exit.
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# (removed on exit, with every peer started here; peer_work in lib.sh), prepares the data, and
+# defines start_peers.
+peer_work
 
 "$bin" prepare --out "$work/data" >/dev/null
 
