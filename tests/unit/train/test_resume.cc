@@ -16,7 +16,6 @@
 #include "runtime/core/error.h"
 #include "runtime/train/checkpoint.h"
 #include "tests/unit/train/peers.h"
-#include "topology/generators.h"
 
 namespace {
 
@@ -30,47 +29,21 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
-std::vector<train::GossipPhase> ring(int world) {
-  topology::GraphSpec spec;
-  spec.kind = "ring";
-  spec.peers = world;
-  train::GossipPhase p;
-  p.label = "ring";
-  p.period = topology::make(spec);
-  return {p};
-}
+std::vector<train::GossipPhase> ring(int world) { return test::graph_phases("ring", world); }
 
-// Like test::run_peers, each peer with a stop flag of its own (as separate processes have):
+// test::run_peers with a stop flag for each peer (as separate processes have):
 // `hook(rank, step, flag)` runs before each step and may set it, or throw.
 using Hook = std::function<void(int rank, long long step, std::atomic<bool>& stop)>;
 std::vector<test::PeerResult> run(int world, const TrainConfig& c,
                                   const std::vector<train::GossipPhase>& phases = {},
                                   const Hook& hook = {},
                                   std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  net::InprocFabric fabric(world, timeout);
-  std::vector<test::PeerResult> out(static_cast<std::size_t>(world));
-  const data::Dataset test_split = test::blobs(300, 999);
   std::vector<std::atomic<bool>> flags(static_cast<std::size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto& res = out[static_cast<std::size_t>(r)];
-      auto& flag = flags[static_cast<std::size_t>(r)];
-      try {
-        collective::Communicator comm(fabric.peer(r));
-        data::Prepared d{test::blobs(400, 100 + static_cast<std::uint64_t>(r)), test_split, {}};
-        train::Trainer t(c, std::move(d), &comm, phases);
-        t.set_stop_flag(&flag);
-        if (hook) t.set_step_hook([&, r](long long s) { hook(r, s, flag); });
-        res.summary = t.run([&](const train::EpochReport& e) { res.epochs.push_back(e); });
-        res.params.assign(t.params().begin(), t.params().end());
-      } catch (const std::exception& e) {
-        res.error = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return out;
+  return test::run_peers(world, c, 400, phases, timeout, {}, [&](int r, train::Trainer& t) {
+    auto& flag = flags[static_cast<std::size_t>(r)];
+    t.set_stop_flag(&flag);
+    if (hook) t.set_step_hook([&hook, &flag, r](long long s) { hook(r, s, flag); });
+  });
 }
 
 void require_ok(const std::vector<test::PeerResult>& peers) {
