@@ -1,6 +1,9 @@
 // dpgossip train: config from a JSON file, every field overridable by a flag; prepares
 // Fashion-MNIST first when the data folder has no manifest yet. With any --algo but single and a
 // hosts file it is one peer of a run over TCP; rank 0 reports and writes the metrics.
+#include <signal.h>
+
+#include <atomic>
 #include <ctime>
 #include <optional>
 #include <filesystem>
@@ -29,6 +32,26 @@
 
 namespace dpg::app {
 namespace {
+
+// Set by SIGINT and SIGTERM: the trainer stops at the next stop check, writes a checkpoint and
+// returns; a second signal ends the process at once (SA_RESETHAND restores the default action).
+// A lock-free atomic is async-signal-safe to store to.
+std::atomic<bool> g_stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void request_stop(int) { g_stop_requested.store(true, std::memory_order_relaxed); }
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = request_stop;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND | SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM}) {
+    if (sigaction(sig, &sa, nullptr) != 0) {
+      fail(Code::internal, "train: cannot install the handler of signal " + std::to_string(sig));
+    }
+  }
+}
 
 struct TrainFlags {
   std::string config_file;
@@ -170,6 +193,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
                                          : "reading " + flags.config_file + " and the flags");
   const TrainConfig c = merge(cmd, flags);
   check_train_outputs(c);
+  install_stop_handlers();
   set_activity("setting up the run (hosts, transport, trace)");
   const Peers peers = peers_for(c, flags);
   check_noise_seed(c, peers.world());
@@ -212,6 +236,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   }
   train::Trainer trainer(c, load_or_prepare(c, peers.rank, peers.world()),
                          comm ? &*comm : nullptr, std::move(phases), &tracer);
+  trainer.set_stop_flag(&g_stop_requested);
   const bool reporter = peers.rank == 0;
   const int epochs = static_cast<int>(std::ceil(c.epochs - 1e-9));
   const std::string run = c.run_name.empty() ? default_run_name(c, peers.world()) : c.run_name;
@@ -237,13 +262,25 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   const dp::PrivacyPlan& plan = trainer.plan();
   Json s = summary.to_json(c, plan);
   s["run"] = run;
+  const bool stopped = summary.stopped_at >= 0;
   if (!c.metrics.empty()) {
     Json line = s;
     line.erase("accountant");
-    metrics_line(line, "summary");
+    metrics_line(line, stopped ? "stopped" : "summary");
   }
   if (flags.json) {
     std::cout << s.dump() << std::endl;
+    return;
+  }
+  if (stopped) {
+    std::cout << "stopped by a signal after " << summary.stopped_at << " of " << summary.steps
+              << " steps, epsilon so far "
+              << (c.dp ? std::to_string(summary.epsilon) : std::string("inf (no DP)"))
+              << (c.checkpoint_dir.empty()
+                      ? std::string("; no --checkpoint-dir, so nothing was saved")
+                      : "; every peer's checkpoint is in " + c.checkpoint_dir +
+                            " (continue with --resume)")
+              << "\n";
     return;
   }
   std::cout << "test accuracy " << 100 * summary.test_accuracy << "%, epsilon "

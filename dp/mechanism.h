@@ -80,6 +80,11 @@ class GaussianMechanism {
   PrivateGradient exchange(const PrivateGradient& g,
                            const std::function<void(std::span<float>)>& combine);
 
+  // The generator of the steps' noise keys, for a checkpoint between steps: a mechanism given
+  // it back draws the same noise for the next steps. It is as secret as the noise seed.
+  Rng::State rng_state() const { return rng_.state(); }
+  void set_rng_state(const Rng::State& s) { rng_ = Rng::from_state(s); }
+
  private:
   double sigma() const { return options_.enabled ? options_.noise_multiplier : 0.0; }
   // Noises and scales [begin, end) (nothing checked).

@@ -1,6 +1,10 @@
 #include "runtime/core/json_io.h"
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstdio>
 #include <filesystem>
@@ -59,24 +63,73 @@ Json parse_json_text(std::string_view text, const std::string& where) {
   return j;
 }
 
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(Code::failed_precondition, path + ": cannot create " + tmp);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::remove(tmp.c_str());
-      fail(Code::failed_precondition, path + ": write failed (disk full?)");
+namespace {
+
+// Writes all of `bytes` to fd, retrying short writes and EINTR; errno on failure.
+int write_all(int fd, std::string_view bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
     }
+    done += static_cast<std::size_t>(n);
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    fail(Code::failed_precondition, path + ": cannot rename into place: " + ec.message());
+  return 0;
+}
+
+int fsync_retry(int fd) {
+  while (::fsync(fd) != 0) {
+    if (errno != EINTR) return errno;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, std::string_view bytes,
+                       const AtomicWriteOptions& options) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                        static_cast<mode_t>(options.mode));
+  if (fd < 0) {
+    fail(Code::failed_precondition, path + ": cannot create " + tmp + ": " + std::strerror(errno));
+  }
+  auto give_up = [&](const std::string& what, int err) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail(Code::failed_precondition, path + ": " + what + ": " + std::strerror(err));
+  };
+  if (const int err = write_all(fd, bytes)) give_up("write failed", err);
+  if (options.durable) {
+    if (const int err = fsync_retry(fd)) give_up("fsync failed", err);
+  }
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail(Code::failed_precondition, path + ": write failed at close: " + std::strerror(err));
+  }
+  if (options.before_rename) options.before_rename();
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail(Code::failed_precondition, path + ": cannot rename into place: " + std::strerror(err));
+  }
+  if (options.durable) {
+    // The rename is durable only once the folder's entry is on disk.
+    std::string dir = std::filesystem::path(path).parent_path().string();
+    if (dir.empty()) dir = ".";
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+      fail(Code::failed_precondition, path + ": cannot open its folder to sync it: " +
+                                          std::strerror(errno));
+    }
+    const int err = fsync_retry(dfd);
+    ::close(dfd);
+    if (err != 0) {
+      fail(Code::failed_precondition, path + ": fsync of its folder failed: " + std::strerror(err));
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // atomically (temporary name, then rename) so that a failure never leaves half a file behind.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -17,8 +18,23 @@ Json read_json_file(const std::string& path);
 // errors (invalid_argument) start with `where`; the same key twice in one object is refused.
 Json parse_json_text(std::string_view text, const std::string& where);
 
-// Writes bytes to `path` through a temporary file in the same folder and a rename.
-void write_file_atomic(const std::string& path, std::string_view bytes);
+// How write_file_atomic makes a file durable.
+struct AtomicWriteOptions {
+  // fsync the file before the rename and its folder after it, so that after a crash or a power
+  // loss the path holds the old bytes or the new ones, never a prefix (checkpoints need it;
+  // reports can do without the two disk flushes).
+  bool durable = false;
+  unsigned mode = 0666;  // permission bits of a new file, less the umask (0600: owner only)
+  // Called after the bytes are written (and synced) and before the rename; a test pauses here to
+  // kill the process mid-write.
+  std::function<void()> before_rename;
+};
+
+// Writes bytes to `path` through a temporary file in the same folder ("PATH.tmp.PID") and a
+// rename. Any failure (cannot create, short write, disk full, fsync, rename) throws
+// failed_precondition naming the path, and removes the temporary file.
+void write_file_atomic(const std::string& path, std::string_view bytes,
+                       const AtomicWriteOptions& options = {});
 
 // A typed field of a JSON object. `where` names the object (file and JSON path) for errors:
 // "config.json: /train/epochs: expected a positive integer, got "ten"".

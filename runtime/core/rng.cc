@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "runtime/core/check.h"
+#include "runtime/core/error.h"
 
 namespace dpg {
 namespace {
@@ -21,6 +22,17 @@ std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); 
 Rng::Rng(std::uint64_t seed, std::uint64_t stream) {
   std::uint64_t x = seed ^ (stream * 0xD1B54A32D192ED03ULL);
   for (auto& s : s_) s = splitmix64(x);
+}
+
+Rng Rng::from_state(const State& st) {
+  if ((st.s[0] | st.s[1] | st.s[2] | st.s[3]) == 0) {
+    fail(Code::invalid_argument, "random generator state: all zero (never a reachable state)");
+  }
+  Rng r(0);
+  for (int i = 0; i < 4; ++i) r.s_[i] = st.s[i];
+  r.spare_normal_ = st.spare_normal;
+  r.has_spare_ = st.has_spare;
+  return r;
 }
 
 std::uint64_t Rng::next() {

@@ -12,6 +12,14 @@ namespace dpg {
 
 class Rng {
  public:
+  // Everything a generator is, to carry it across a checkpoint: a generator rebuilt from its
+  // state continues the same sequence.
+  struct State {
+    std::uint64_t s[4];
+    double spare_normal;
+    bool has_spare;
+  };
+
   // Different (seed, stream) pairs give independent sequences; streams separate purposes and ranks.
   explicit Rng(std::uint64_t seed, std::uint64_t stream = 0);
 
@@ -21,6 +29,10 @@ class Rng {
   std::uint64_t below(std::uint64_t n); // uniform on [0, n), unbiased; n > 0
   double normal();                      // standard normal
   double gamma(double shape);           // Gamma(shape, 1), shape > 0
+
+  State state() const { return {{s_[0], s_[1], s_[2], s_[3]}, spare_normal_, has_spare_}; }
+  // Throws invalid_argument for the all-zero state, which xoshiro never leaves.
+  static Rng from_state(const State& st);
 
   template <typename T>
   void shuffle(std::span<T> items) {

@@ -375,12 +375,30 @@ std::vector<ConfigField> make_table() {
             "all-reduce buckets of this many bytes as the backward pass produces them",
             between(0, 1099511627776.0)),
       field(&C::timeout_s, "timeout_s", "--timeout-s", "timeout of every network wait, in seconds",
-            positive_up_to(1e6)),
+            positive_up_to(1e6))
+          .control(),
       field(&C::run_name, "run_name", "--run-name", "the run id of the metrics lines (\"\": generated)")
           .per_peer(),
       field(&C::metrics, "metrics", "--metrics", "JSON-lines metrics file to append to (\"\": none)")
           .per_peer(),
       field(&C::trace, "trace", "--trace", "Chrome trace file to write (\"\": none)").per_peer(),
+      field(&C::checkpoint_dir, "checkpoint_dir", "--checkpoint-dir",
+            "folder of this peer's checkpoints (rank-R/ inside; \"\": none)")
+          .per_peer(),
+      field(&C::checkpoint_every, "checkpoint_every", "--checkpoint-every",
+            "steps between checkpoints (0: only when a signal stops the run)", between(0, 1e12))
+          .control(),
+      field(&C::checkpoint_keep, "checkpoint_keep", "--checkpoint-keep",
+            "newest checkpoints each peer keeps", between(1, 1000))
+          .control(),
+      field(&C::resume, "resume", "--resume",
+            "continue from the newest checkpoint every peer has (none anywhere: from the start)")
+          .control(),
+      field(&C::stop_check_every, "stop_check_every", "--stop-check-every",
+            "steps between the peers' agreement to stop on a signal, besides each epoch's start "
+            "and each checkpoint (0: 10, or none for ps-async and ad-psgd)",
+            between(0, 1e12))
+          .control(),
   };
 }
 
@@ -422,6 +440,18 @@ std::uint64_t shared_settings_hash(const TrainConfig& c) {
   return fnv1a64(j.dump());  // the canonical dump: keys sorted
 }
 
+Json training_settings(const TrainConfig& c) {
+  Json j = Json::object();
+  for (const auto& f : config_fields()) {
+    if (f.shared && !f.run_control) j[f.key] = f.write(c);
+  }
+  return j;
+}
+
+std::uint64_t training_settings_hash(const TrainConfig& c) {
+  return fnv1a64(training_settings(c).dump());
+}
+
 void validate(const TrainConfig& c) {
   for (const auto& f : config_fields()) f.check(c);
   // Rules between fields.
@@ -431,6 +461,10 @@ void validate(const TrainConfig& c) {
   if (c.dp && c.secure_noise && c.noise_seed != 0) {
     bad("/noise_seed: secure_noise draws its key from the OS and cannot use a fixed seed");
   }
+  if (c.checkpoint_dir.empty() && c.checkpoint_every > 0) {
+    bad("/checkpoint_every: needs a checkpoint_dir to write to");
+  }
+  if (c.checkpoint_dir.empty() && c.resume) bad("/resume: needs a checkpoint_dir to resume from");
 }
 
 std::string describe(const TrainConfig& c) {

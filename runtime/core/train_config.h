@@ -164,6 +164,16 @@ struct TrainConfig {
   int local_steps = 4;         // local-sgd: local DP steps between model averages
   long long bucket_bytes = 0;  // allreduce: 0 = one all-reduce after backward; else buckets
   std::string trace;           // Chrome trace file to write ("" = none)
+  // Checkpoints (docs/RELIABILITY.md). Each peer writes its own, under checkpoint_dir/rank-R.
+  std::string checkpoint_dir;        // "" = none
+  long long checkpoint_every = 0;    // steps between checkpoints (0: only when stopped)
+  int checkpoint_keep = 3;           // each peer keeps its newest K checkpoints
+  bool resume = false;               // continue from the newest checkpoint every peer has
+  // Steps between the points where the peers agree whether a signal asked them to stop (one
+  // 8-byte all-reduce each, which a small model's step feels); every epoch's start and every
+  // checkpoint step are such points too. 0: every 10 steps, or for the asynchronous algorithms
+  // only those (each point is a meeting of every peer, which they otherwise never have).
+  long long stop_check_every = 0;
 };
 
 // One row of the table: everything the readers, writers and the command line know of a field.
@@ -175,6 +185,10 @@ struct ConfigField {
   bool shared = true;        // part of the handshake hash (false: a per-peer setting)
   bool secret = false;       // never printed by describe()
   bool is_bool = false;      // a switch: --flag / --no-flag instead of a value
+  // Shared by the peers (in the handshake hash) but free to change when a run is resumed: it
+  // drives the run (checkpoints, timeouts, stopping) without changing what it computes, so it is
+  // not part of training_settings_hash().
+  bool run_control = false;
   std::function<void(TrainConfig&, const JsonReader&)> read;  // errors name the JSON path
   std::function<Json(const TrainConfig&)> write;
   // The flag's text: "0.1", "256,256", "cosine", "true" (errors name no field; add it).
@@ -191,6 +205,10 @@ struct ConfigField {
     secret = true;
     return std::move(*this);
   }
+  ConfigField control() && {
+    run_control = true;
+    return std::move(*this);
+  }
 };
 
 // The table, in the order describe() and --help list the fields.
@@ -203,6 +221,10 @@ Json to_json(const TrainConfig& c);
 // fields: data folder, thread count, metrics and trace files, run name, the secret noise seed),
 // for the handshake.
 std::uint64_t shared_settings_hash(const TrainConfig& c);
+// The shared fields that decide what a run computes (shared, not run_control), as JSON and as a
+// hash: a checkpoint records them, and a resumed run must have the same.
+Json training_settings(const TrainConfig& c);
+std::uint64_t training_settings_hash(const TrainConfig& c);
 // Checks each field's range and the rules between fields; errors name the field ("/lr: ...").
 void validate(const TrainConfig& c);
 // One line for the start of a run: "algo=gossip epochs=40 ..." (the noise seed is not shown).

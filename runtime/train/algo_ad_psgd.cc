@@ -246,6 +246,35 @@ class AdPsgdAlgorithm final : public Algorithm {
 
   bool replicas_differ() const override { return true; }
 
+  // A passive peer answers every request of the steps before t and adds their deltas to its
+  // model; an active peer has none in flight between its steps.
+  void quiesce(long long) override {
+    if (!active_) settle();
+  }
+
+  // Each step moves every per-pair counter by one (an active peer sends a header to every
+  // passive neighbour each step), so at boundary t they are all t; what is left is the count of
+  // pairings and an active peer's generator.
+  void save(long long, Checkpoint& out) override {
+    Json& a = out.meta["algo"];
+    a["pairings"] = pairings_.load(std::memory_order_relaxed);
+    if (active_) a["pairing_rng"] = rng_to_json(rng_.state());
+  }
+  void restore(long long t, const Checkpoint& in) override {
+    JsonReader a(in.meta.at("algo"), in.where + ": /algo");
+    pairings_.store(a.integer("pairings"), std::memory_order_relaxed);
+    const auto round = static_cast<uint64_t>(t);
+    rounds_.assign(neighbours_.size(), round);
+    if (active_) {
+      rng_ = Rng::from_state(rng_from_json(a.at("pairing_rng"), a.path("pairing_rng")));
+      return;
+    }
+    std::lock_guard lock(mu_);
+    answered_.assign(neighbours_.size(), round);
+    first_round_ = round;
+    steps_ = t;
+  }
+
   void annotate(Json& line, long long, bool summary) const override {
     line["topology"] = label_;
     line["pairings"] = pairings_.load(std::memory_order_relaxed);
@@ -372,7 +401,7 @@ class AdPsgdAlgorithm final : public Algorithm {
   void respond(std::size_t k) {
     if (tracer_) tracer_->name_thread("responder");
     const int peer = neighbours_[k];
-    uint64_t round = 0;
+    uint64_t round = first_round_;
     try {
       for (;;) {
         Header h;
@@ -469,6 +498,7 @@ class AdPsgdAlgorithm final : public Algorithm {
   std::span<float> model_;         // the same model, as apply() hands it over (training thread)
   long long steps_ = 0;            // steps taken (training thread)
   std::vector<uint64_t> answered_; // per active neighbour, the requests answered so far
+  uint64_t first_round_ = 0;       // the responders' first round (a resumed run's step)
   std::condition_variable progress_;
   std::vector<float> pending_;
   std::vector<std::vector<float>> inbox_, replies_;  // per active neighbour

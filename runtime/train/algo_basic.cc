@@ -49,13 +49,24 @@ class AllReduce final : public Algorithm {
   }
 
   void annotate(Json& line, long long, bool summary) const override {
-    if (buckets_ && summary) line["buckets"] = buckets_->buckets();  // all-reduces of the run
+    // All-reduces of the run, those before a resume included.
+    if (buckets_ && summary) line["buckets"] = buckets_before_ + buckets_->buckets();
+  }
+
+  void save(long long, Checkpoint& out) override {
+    if (buckets_) out.meta["algo"]["buckets"] = buckets_before_ + buckets_->buckets();
+  }
+  void restore(long long, const Checkpoint& in) override {
+    if (!buckets_) return;
+    JsonReader r(in.meta.at("algo"), in.where + ": /algo");
+    buckets_before_ = r.integer("buckets");
   }
 
  private:
   collective::Communicator& comm_;
   dp::GaussianMechanism& mechanism_;
   std::optional<BucketReducer> buckets_;  // bucket_bytes > 0
+  long long buckets_before_ = 0;          // reduced before the checkpoint this run resumed
 };
 
 }  // namespace

@@ -129,16 +129,61 @@ class PsAsync final : public Algorithm {
   }
 
   void before_gradient(long long t, std::span<const float> params) override {
-    if (t == 0 && is_server() && !started_) {
-      // Every peer starts from rank 0's model (the trainer broadcasts it): the shard is ours.
-      std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(begin_), shard_.size(),
-                  shard_.begin());
+    if (is_server() && !started_) {
+      // Every peer starts from rank 0's model (the trainer broadcasts it): the shard is ours,
+      // unless it came from a checkpoint.
+      if (!restored_) {
+        std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(begin_), shard_.size(),
+                    shard_.begin());
+      }
       started_ = true;
       for (int w = 0; w < world_; ++w) {
-        if (w != rank_) threads_.emplace_back([this, w] { serve_worker(w); });
+        if (w != rank_) threads_.emplace_back([this, w, t] { serve_worker(w, t); });
       }
     }
     rethrow_server_failure();
+  }
+
+  // A server waits until every worker's pushes before step t are applied and answered: then no
+  // reply is in flight, and the shard, its optimiser and the clocks are those of the boundary
+  // (each worker is blocked at it until the trainer's collectives there are done).
+  void quiesce(long long t) override {
+    rethrow_server_failure();
+    if (is_server() && started_) wait_replied(t);
+  }
+
+  void save(long long t, Checkpoint& out) override {
+    out.put("algo/staleness", std::span<const Staleness>(per_step_).first(static_cast<std::size_t>(t)));
+    Json& a = out.meta["algo"];
+    a["annotated"] = annotated_;
+    // Before the first step the shard is still to be taken from the model.
+    a["server_state"] = is_server() && (started_ || restored_);
+    if (!a["server_state"]) return;
+    std::lock_guard lock(mu_);
+    a["updates"] = updates_;
+    a["server_started"] = sgd_->started();
+    out.put("algo/shard", std::span<const float>(shard_));
+    out.put("algo/server_momentum", sgd_->momentum_buffer());
+    out.put("algo/last_version", std::span<const long long>(last_version_));
+  }
+
+  void restore(long long t, const Checkpoint& in) override {
+    in.get("algo/staleness", std::span<Staleness>(per_step_).first(static_cast<std::size_t>(t)));
+    JsonReader a(in.meta.at("algo"), in.where + ": /algo");
+    annotated_ = a.integer("annotated");
+    steps_done_ = t;
+    if (!is_server() || !a.boolean("server_state")) return;
+    std::lock_guard lock(mu_);
+    updates_ = a.integer("updates");
+    std::vector<float> velocity(sgd_->momentum_buffer().size());
+    in.get("algo/server_momentum", std::span<float>(velocity));
+    sgd_->restore(velocity, a.boolean("server_started"));
+    in.get("algo/shard", std::span<float>(shard_));
+    in.get("algo/last_version", std::span<long long>(last_version_));
+    // At the boundary every worker had pushed, and been answered for, steps 0..t-1.
+    clock_.assign(static_cast<std::size_t>(world_), t);
+    replied_.assign(static_cast<std::size_t>(world_), t);
+    restored_ = true;
   }
 
   void apply(long long t, const dp::PrivateGradient& mine, std::span<float> params,
@@ -348,13 +393,13 @@ class PsAsync final : public Algorithm {
     return {static_cast<std::uint64_t>(now), staleness, 0, {}};
   }
 
-  // A server thread: worker w's pushes, one step at a time, until its done.
-  void serve_worker(int w) {
+  // A server thread: worker w's pushes, one step at a time from step `first`, until its done.
+  void serve_worker(int w, long long first) {
     if (tracer_) tracer_->name_thread("server");
     const auto [b, e] = shard_range(num_params_, servers_, rank_);
     std::vector<float> in(kHeaderFloats + (e - b)), out(kHeaderFloats + (e - b));
     try {
-      for (long long t = 0;; ++t) {
+      for (long long t = first;; ++t) {
         const auto round = static_cast<std::uint64_t>(t);
         transport_.wait(
             transport_.recv(w, {kOpPsPush, round, 0}, std::as_writable_bytes(std::span(in))));
@@ -458,6 +503,7 @@ class PsAsync final : public Algorithm {
   long long updates_ = 0;
   int blame_ = -1;  // the peer this rank's own worker gave up waiting for
   bool started_ = false, stopping_ = false, failed_ = false;
+  bool restored_ = false;  // the shard and clocks came from a checkpoint
   Code failure_code_ = Code::internal;
   std::string failure_;
   trace::Tracer* tracer_;

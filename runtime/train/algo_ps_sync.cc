@@ -69,6 +69,7 @@ class PsSync final : public Algorithm {
       shard_.emplace(params.begin() + static_cast<std::ptrdiff_t>(mb),
                      params.begin() + static_cast<std::ptrdiff_t>(me));
       sgd_.emplace(len, sgd.options());
+      if (restored_) sgd_->restore(restored_->velocity, restored_->started);
     }
     handles_.clear();
     pushes_.clear();
@@ -121,7 +122,28 @@ class PsSync final : public Algorithm {
     for (auto h : handles_) transport_.wait(h);
   }
 
+  // A server's shard is its slice of the model after every step, which the trainer keeps; its
+  // optimiser state is its own.
+  void save(long long, Checkpoint& out) override {
+    if (!sgd_) return;  // no step taken yet
+    out.meta["algo"]["server_started"] = sgd_->started();
+    out.put("algo/server_momentum", sgd_->momentum_buffer());
+  }
+  void restore(long long, const Checkpoint& in) override {
+    if (!is_server() || !in.meta.contains("algo")) return;
+    JsonReader r(in.meta.at("algo"), in.where + ": /algo");
+    Restored st;
+    st.started = r.boolean("server_started");
+    st.velocity.resize(in.count<float>("algo/server_momentum"));
+    in.get("algo/server_momentum", std::span<float>(st.velocity));
+    restored_ = std::move(st);
+  }
+
  private:
+  struct Restored {
+    std::vector<float> velocity;
+    bool started = false;
+  };
   bool is_server() const { return rank_ < servers_; }
 
   net::Transport& transport_;
@@ -132,6 +154,7 @@ class PsSync final : public Algorithm {
   std::vector<float> sum_;
   std::optional<std::vector<float>> shard_;  // this server's parameters
   std::optional<Sgd> sgd_;                   // and their optimiser state
+  std::optional<Restored> restored_;         // from a checkpoint, for the first step
   std::vector<net::Handle> handles_;  // the sends
   std::vector<net::Handle> pushes_;   // a server's receives of the workers' shards
   std::vector<net::Handle> pulls_;    // the receives of the servers' shards

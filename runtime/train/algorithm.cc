@@ -36,17 +36,17 @@ std::vector<int> ps_peers(const TrainConfig& c, int rank, int world,
   return out;
 }
 
-// One line per algorithm: algo, release, overlaps, uses_graph, peers, factory.
+// One line per algorithm: algo, release, overlaps, uses_graph, asynchronous, peers, factory.
 const AlgoInfo kAlgorithms[] = {
-    {Algo::single, dp::Release::summed, never, false, no_peers, make_single},
-    {Algo::allreduce, dp::Release::summed, with_buckets, false, no_peers, make_allreduce},
-    {Algo::gossip, dp::Release::own, always, true, neighbours, make_gossip},
-    {Algo::ps_sync, dp::Release::summed, never, false, ps_peers, make_ps_sync},
+    {Algo::single, dp::Release::summed, never, false, false, no_peers, make_single},
+    {Algo::allreduce, dp::Release::summed, with_buckets, false, false, no_peers, make_allreduce},
+    {Algo::gossip, dp::Release::own, always, true, false, neighbours, make_gossip},
+    {Algo::ps_sync, dp::Release::summed, never, false, false, ps_peers, make_ps_sync},
     // Server threads answer while the workers compute.
-    {Algo::ps_async, dp::Release::own, always, false, ps_peers, make_ps_async},
-    {Algo::local_sgd, dp::Release::own, never, false, no_peers, make_local_sgd},
+    {Algo::ps_async, dp::Release::own, always, false, true, ps_peers, make_ps_async},
+    {Algo::local_sgd, dp::Release::own, never, false, false, no_peers, make_local_sgd},
     // Responders answer while the peer computes.
-    {Algo::ad_psgd, dp::Release::own, always, true, neighbours, make_ad_psgd},
+    {Algo::ad_psgd, dp::Release::own, always, true, true, neighbours, make_ad_psgd},
 };
 
 }  // namespace

@@ -10,7 +10,8 @@
 //   account (the privacy plan's accountant, once per step)
 //
 // and around the loop: release() at every evaluation (the model that is reported), finish() after
-// the last step. An algorithm sees only privatised gradients (dp::PrivateGradient) and models
+// the last step, and at the step boundaries where the peers agree to stop or checkpoint,
+// quiesce(), save() and restore() (docs/RELIABILITY.md). An algorithm sees only privatised gradients (dp::PrivateGradient) and models
 // updated from them, so nothing it sends can depend on an un-noised gradient.
 //
 // Adding an algorithm: write a class deriving from Algorithm in its own file (algo_*.cc), give it
@@ -32,6 +33,7 @@
 #include "runtime/core/json_io.h"
 #include "runtime/core/trace.h"
 #include "runtime/core/train_config.h"
+#include "runtime/train/checkpoint.h"
 #include "runtime/train/gossip.h"
 #include "runtime/train/optimizer.h"
 
@@ -71,8 +73,24 @@ class Algorithm {
   virtual void apply(long long t, const dp::PrivateGradient& mine, std::span<float> params,
                      Sgd& sgd) = 0;
 
-  // After the last step (a last synchronisation, stopping servers). Every peer calls it.
+  // After the last step (a last synchronisation, stopping servers). Every peer calls it, also
+  // when the run stops early at a step boundary (after that boundary's checkpoint).
   virtual void finish(std::span<float> /*params*/) {}
+
+  // At a step boundary t (steps 0..t-1 taken everywhere, step t not begun), before the
+  // trainer's collectives there. An algorithm whose messages may still be in flight between
+  // steps (ps-async's replies, ad-psgd's answers) waits for them here, so that none queues
+  // behind a collective message (the transport takes each peer's messages in order) and the
+  // state save() sees is that of the boundary. Every peer calls it at the same t.
+  virtual void quiesce(long long /*t*/) {}
+  // What the algorithm holds beyond the trainer's model, optimiser and generators (a server's
+  // shard and optimiser, counters, its own generator), into meta["algo"] and sections named
+  // "algo/...", at boundary t after quiesce(t). Everything the next steps depend on must be
+  // here: a run restored from it takes the same steps as one that went on.
+  virtual void save(long long /*t*/, Checkpoint& /*out*/) {}
+  // Reads save()'s state back into a new algorithm that has taken no step, before step t.
+  // Errors (data_loss) name the checkpoint file and section.
+  virtual void restore(long long /*t*/, const Checkpoint& /*in*/) {}
 
   // The model reported at an evaluation, from this peer's `mine` (its iterate or average) into
   // `out`; collective (every peer calls it at the same evaluation). Default: `mine` itself, for
@@ -104,6 +122,10 @@ struct AlgoInfo {
   bool (*overlaps)(const TrainConfig& c);
   // It runs on the graphs of `topology` and `topology_schedule` (AlgoSetup::phases).
   bool uses_graph;
+  // The peers run steps apart and exchange messages whenever they come (ps-async, ad-psgd):
+  // the order of the float operations depends on timing, so a repeated step is not the same
+  // release, and quiesce() has work to do (the stop checks are spaced out).
+  bool asynchronous;
   // The peers this rank exchanges messages with, beyond the collectives' own.
   std::vector<int> (*peers)(const TrainConfig& c, int rank, int world,
                             const std::vector<GossipPhase>& phases);

@@ -1,5 +1,6 @@
 #include "runtime/train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/core/check.h"
@@ -28,6 +29,12 @@ void Sgd::apply(std::span<float> params, const dp::PrivateGradient& gradient) {
     velocity_[i] = keep * velocity_[i] + d;
     params[i] -= lr * (options_.nesterov ? d + mu * velocity_[i] : velocity_[i]);
   }
+}
+
+void Sgd::restore(std::span<const float> velocity, bool started) {
+  DPG_CHECK_EQ(velocity.size(), velocity_.size());
+  std::copy(velocity.begin(), velocity.end(), velocity_.begin());
+  first_ = !started;
 }
 
 double scheduled_lr(const TrainConfig& c, long long t, long long steps) {

@@ -25,6 +25,10 @@ class Sgd {
   // params -= lr * (momentum buffer of g + weight_decay * params)
   void apply(std::span<float> params, const dp::PrivateGradient& gradient);
   std::span<const float> momentum_buffer() const { return velocity_; }
+  // Whether a step was taken (the first one sets the momentum buffer to the gradient).
+  bool started() const { return !first_; }
+  // Restores the state of a checkpoint: the buffer (momentum_buffer()'s size) and started().
+  void restore(std::span<const float> velocity, bool started);
 
  private:
   SgdOptions options_;
@@ -42,6 +46,7 @@ class ParamAverage {
   ParamAverage(std::span<const float> params, double decay);
   void update(std::span<const float> params);
   std::span<const float> values() const { return ema_; }
+  std::span<float> values() { return ema_; }  // to restore a checkpoint's
   double decay() const { return decay_; }
 
  private:

@@ -86,6 +86,11 @@ Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) co
             {"accountant", accountant},
             {"config", dpg::to_json(c)}};
   if (!peer_epsilons.empty()) j["peer_epsilons"] = peer_epsilons;
+  if (resumed_from >= 0) {
+    j["resumed_from_step"] = resumed_from;
+    j["replay_charged_steps"] = replay_charged_steps;
+  }
+  if (stopped_at >= 0) j["stopped_at_step"] = stopped_at;
   if (!peer_test_accuracy.empty()) j["peer_test_accuracy"] = peer_test_accuracy;
   merge(j, extra);
   if (c.dp && c.sampling != Sampling::poisson) {

@@ -62,6 +62,12 @@ struct TrainSummary {
   long long dropped_examples = 0;
   std::vector<double> peer_test_accuracy;  // when the replicas differ: each peer's own model
   Json accountant;               // the accountant's state, for a checkpoint
+  // Checkpoints (docs/RELIABILITY.md): the step this run resumed from (-1: it started afresh),
+  // the step where a signal stopped it (-1: it ran to the end; then nothing was evaluated), and
+  // the steps of abandoned continuations that the accountants charged again at the resume.
+  long long resumed_from = -1;
+  long long stopped_at = -1;
+  long long replay_charged_steps = 0;
   Json extra = Json::object();   // the algorithm's own fields
   Json to_json(const TrainConfig& config, const dp::PrivacyPlan& plan) const;
 };

@@ -37,6 +37,23 @@ ShuffleSampler::ShuffleSampler(std::size_t n, std::size_t batch, Rng rng)
   std::iota(order_.begin(), order_.end(), std::size_t{0});
 }
 
+void ShuffleSampler::restore(const Rng::State& s, std::span<const std::size_t> order,
+                             std::size_t pos) {
+  std::vector<bool> seen(order_.size(), false);
+  bool ok = order.size() == order_.size() && pos <= order.size();
+  for (std::size_t i = 0; ok && i < order.size(); ++i) {
+    ok = order[i] < seen.size() && !seen[order[i]];
+    if (ok) seen[order[i]] = true;
+  }
+  if (!ok) {
+    fail(Code::data_loss, "shuffle sampler: the saved order is not a permutation of the " +
+                              std::to_string(order_.size()) + " rows of this shard");
+  }
+  rng_ = Rng::from_state(s);
+  order_.assign(order.begin(), order.end());
+  pos_ = pos;
+}
+
 const std::vector<std::size_t>& ShuffleSampler::next() {
   batch_.clear();
   for (std::size_t i = 0; i < batch_size_; ++i) {

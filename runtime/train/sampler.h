@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "runtime/core/rng.h"
@@ -16,6 +17,9 @@ class PoissonSampler {
   PoissonSampler(std::size_t n, double q, Rng rng);
   // Indices of this step's batch, ascending; may be empty.
   const std::vector<std::size_t>& next();
+  // The generator, for a checkpoint; a sampler given it back continues the same batches.
+  Rng::State rng_state() const { return rng_.state(); }
+  void set_rng_state(const Rng::State& s) { rng_ = Rng::from_state(s); }
 
  private:
   std::size_t n_;
@@ -29,6 +33,12 @@ class ShuffleSampler {
  public:
   ShuffleSampler(std::size_t n, std::size_t batch, Rng rng);
   const std::vector<std::size_t>& next();
+  // The generator, the permutation and the place in it, for a checkpoint.
+  Rng::State rng_state() const { return rng_.state(); }
+  std::span<const std::size_t> order() const { return order_; }
+  std::size_t position() const { return pos_; }
+  // Throws data_loss unless `order` is a permutation of the rows and pos at most their count.
+  void restore(const Rng::State& s, std::span<const std::size_t> order, std::size_t pos);
 
  private:
   std::vector<std::size_t> order_;

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
-#include <random>
 
 #include "dp/accountant.h"
 #include "dp/mechanism.h"
@@ -16,6 +15,7 @@
 #include "runtime/train/evaluate.h"
 #include "runtime/train/gradient.h"
 #include "runtime/train/optimizer.h"
+#include "runtime/train/run_state.h"
 #include "runtime/train/sampler.h"
 
 namespace dpg::train {
@@ -27,72 +27,7 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-model::MlpSpec spec_for(const TrainConfig& c, const data::Dataset& d) {
-  model::MlpSpec s;
-  s.inputs = static_cast<int>(d.cols);
-  s.hidden = c.hidden;
-  s.classes = d.num_classes;
-  s.activation = c.activation;
-  return s;
-}
-
-std::uint64_t secret_seed() {
-  std::random_device device;  // getrandom(2) on Linux
-  return (static_cast<std::uint64_t>(device()) << 32) ^ device() ^ 1;
-}
-
 }  // namespace
-
-struct RunState {
-  RunState(const TrainConfig& c, const data::Dataset& train, const dp::PrivacyPlan& plan,
-           int rank)
-      : spec(spec_for(c, train)),
-        model(spec, c.init == Init::independent ? c.seed + static_cast<std::uint64_t>(rank) : c.seed),
-        released(spec, c.seed),
-        noise_seed(c.noise_seed != 0 ? c.noise_seed : secret_seed()),
-        mechanism(model.num_params(),
-                  {.enabled = c.dp,
-                   .clip_norm = static_cast<float>(c.clip_norm),
-                   .noise_multiplier = plan.peer_sigma,
-                   .expected_batch = plan.peer_batch[static_cast<std::size_t>(rank)],
-                   .secure_noise = c.secure_noise},
-                  noise_seed, static_cast<std::uint64_t>(rank)),
-        sgd(model.num_params(),
-            {.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}),
-        accountant(plan.accountant),
-        message_accountant(plan.accountant) {
-    const double q = plan.peer_q[static_cast<std::size_t>(rank)];
-    const Rng rng(noise_seed, stream_for(stream::kSampler, static_cast<std::uint64_t>(rank)));
-    if (c.sampling == Sampling::poisson) {
-      poisson.emplace(train.rows, q, rng);
-    } else {
-      // This peer's share of the global batch, so that all peers together take batch_size.
-      shuffle.emplace(train.rows,
-                      static_cast<std::size_t>(std::max(1.0, std::round(q * train.rows))), rng);
-    }
-  }
-
-  model::MlpSpec spec;
-  model::Mlp model;
-  model::Mlp released;  // what is evaluated and reported: the iterate or its average
-  model::Workspace ws, eval_ws;
-  std::uint64_t noise_seed;
-  dp::GaussianMechanism mechanism;
-  Sgd sgd;
-  std::optional<ParamAverage> ema;
-  std::unique_ptr<Algorithm> algorithm;
-  dp::Accountant accountant;          // the released model, for the worst peer's data
-  dp::Accountant message_accountant;  // the worst peer's messages
-  std::optional<PoissonSampler> poisson;
-  std::optional<ShuffleSampler> shuffle;
-  std::vector<std::int32_t> labels;
-  StepBuffers buffers;
-  double lr = 0;
-  std::vector<float> scratch;  // the mean of the peers' models
-  std::optional<ConsensusReport> last_consensus;  // the latest K-step report
-  std::optional<Evaluator> evaluator;
-  Clock::time_point start;
-};
 
 Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicator* comm,
                  std::vector<GossipPhase> phases, trace::Tracer* tracer)
@@ -274,6 +209,15 @@ EpochReport Trainer::evaluate_epoch(RunState& s, int epoch, long long t,
   return r;
 }
 
+long long Trainer::epoch_end(int epoch) const {
+  // The last epoch ends at the plan's step count, whatever the rounding of epoch / q.
+  const int epochs = static_cast<int>(std::ceil(config_.epochs - 1e-9));
+  if (epoch <= 0) return 0;
+  if (epoch >= epochs) return plan_.steps;
+  return std::min<long long>(plan_.steps,
+                             static_cast<long long>(std::ceil(epoch / plan_.q - 1e-9)));
+}
+
 TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoch,
                           const std::function<void(const ConsensusReport&)>& on_consensus) {
   const TrainConfig& c = config_;
@@ -296,16 +240,15 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
                                 .steps_per_epoch = 1.0 / plan_.q,
                                 .tracer = tracer_});
   log_start();
-  const bool differ = s.algorithm->replicas_differ() && comm_ != nullptr;
   TrainSummary summary;
   summary.peers = world();
   summary.steps = plan_.steps;
+  Progress p = start_checkpoints(s, summary);
+  const bool differ = s.algorithm->replicas_differ() && comm_ != nullptr;
   const int epochs = static_cast<int>(std::ceil(c.epochs - 1e-9));
-  const auto start = Clock::now();
-  s.start = start;
-  double train_seconds = 0, metrics_seconds = 0;
-  long long samples = 0;
-  long long t = 0;
+  s.start = Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double>(p.wall_seconds));
+  double metrics_seconds = 0;
   // The consensus distance every metrics_every steps, kept out of the throughput figure.
   auto report_consensus = [&](long long round) {
     if (!differ || c.metrics_every <= 0 || round % c.metrics_every != 0) return;
@@ -317,53 +260,70 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     if (on_consensus) on_consensus(*s.last_consensus);
     metrics_seconds += seconds_since(begin);
   };
-  report_consensus(0);
+  if (p.step == 0) report_consensus(0);  // a resumed run reported its start before it stopped
   metrics_seconds = 0;  // before the first epoch's clock starts: not to be taken off its time
-  for (int epoch = 1; epoch <= epochs; ++epoch) {
-    // The last epoch ends at the plan's step count, whatever the rounding of epoch / q.
-    const long long end =
-        epoch == epochs ? plan_.steps
-                        : std::min<long long>(plan_.steps,
-                                              static_cast<long long>(std::ceil(epoch / plan_.q - 1e-9)));
+  int epoch = 1;
+  while (epoch < epochs && epoch_end(epoch) <= p.step) ++epoch;  // the epoch of step p.step
+  for (; epoch <= epochs; ++epoch) {
+    const long long end = epoch_end(epoch);
     const auto epoch_start = Clock::now();
-    const long long epoch_begin = t;
-    const long long dropped_before = summary.dropped_examples;
-    EpochTotals totals;
-    for (; t < end; ++t) {
-      if (step_hook_) step_hook_(t);
-      step(s, t, totals, summary);
-      report_consensus(t + 1);
+    const double train_before = p.train_seconds;
+    for (; p.step < end; ++p.step) {
+      p.train_seconds = train_before + seconds_since(epoch_start) - metrics_seconds;
+      p.wall_seconds = seconds_since(s.start);
+      if (at_boundary(s, p, p.step == epoch_end(epoch - 1))) {
+        summary.stopped_at = p.step;
+        s.algorithm->finish(s.model.params());
+        break;
+      }
+      if (step_hook_) step_hook_(p.step);
+      EpochTotals totals{p.loss_sum, p.seen, p.correct};
+      step(s, p.step, totals, summary);
+      p.loss_sum = totals.loss_sum;
+      p.seen = totals.seen;
+      p.correct = totals.correct;
+      p.dropped = summary.dropped_examples;
+      report_consensus(p.step + 1);
     }
-    if (t == plan_.steps) s.algorithm->finish(s.model.params());
-    train_seconds += seconds_since(epoch_start) - metrics_seconds;
+    if (summary.stopped_at >= 0) break;
+    if (p.step == plan_.steps) s.algorithm->finish(s.model.params());
+    p.train_seconds = train_before + seconds_since(epoch_start) - metrics_seconds;
     metrics_seconds = 0;
     // Training loss and accuracy come from this peer's private batches and stay here (they are
     // not noised); throughput over all peers uses the public expected batch size instead.
-    samples += world() == 1 ? totals.seen
-                            : static_cast<long long>(std::llround((end - epoch_begin) *
-                                                                  c.batch_size));
-    EpochReport r = evaluate_epoch(s, epoch, t, totals);
-    r.wall_s = seconds_since(start);
-    r.samples_per_second = throughput(static_cast<double>(samples), train_seconds);
-    r.dropped_examples = summary.dropped_examples - dropped_before;
+    p.samples += world() == 1 ? p.seen
+                              : static_cast<long long>(std::llround(
+                                    static_cast<double>(end - epoch_end(epoch - 1)) *
+                                    c.batch_size));
+    EpochReport r = evaluate_epoch(s, epoch, p.step, {p.loss_sum, p.seen, p.correct});
+    r.wall_s = seconds_since(s.start);
+    r.samples_per_second = throughput(static_cast<double>(p.samples), p.train_seconds);
+    r.dropped_examples = p.dropped - p.epoch_dropped_before;
     if (tracer_ && std::isfinite(r.epsilon)) tracer_->counter("epsilon", r.epsilon);
     on_epoch(r);
     summary.test_accuracy = r.test_accuracy;
     summary.peer_test_accuracy = r.peer_test_accuracy;
+    p.loss_sum = 0;
+    p.seen = p.correct = 0;
+    p.epoch_dropped_before = p.dropped;
   }
-  s.algorithm->release(s.model.params(), s.released.params());
-  summary.test_accuracy_last_iterate = accuracy_of(s.evaluator->shared(s.released, s.eval_ws));
-  const auto spent = c.dp ? s.accountant.spent(c.delta) : plan_.model_after(plan_.steps);
+  const long long taken = p.step + summary.replay_charged_steps;
+  if (summary.stopped_at < 0) {
+    s.algorithm->release(s.model.params(), s.released.params());
+    summary.test_accuracy_last_iterate = accuracy_of(s.evaluator->shared(s.released, s.eval_ws));
+  }
+  const auto spent = c.dp ? s.accountant.spent(c.delta) : plan_.model_after(taken);
   summary.epsilon = spent.epsilon;
   summary.best_alpha = spent.best_alpha;
   summary.message_epsilon = c.dp ? s.message_accountant.spent(c.delta).epsilon
-                                 : plan_.messages_after(plan_.steps).epsilon;
+                                 : plan_.messages_after(taken).epsilon;
   if (plan_.release == dp::Release::own && world() > 1) {
-    summary.peer_epsilons = plan_.peer_epsilons_after(plan_.steps);
+    summary.peer_epsilons = plan_.peer_epsilons_after(taken);
   }
-  s.algorithm->annotate(summary.extra, plan_.steps, true);
-  summary.samples_per_second = throughput(static_cast<double>(samples), train_seconds);
-  summary.wall_s = seconds_since(start);
+  s.algorithm->annotate(summary.extra, p.step, true);
+  summary.samples_per_second = throughput(static_cast<double>(p.samples), p.train_seconds);
+  summary.wall_s = seconds_since(s.start);
+  summary.dropped_examples = p.dropped;
   summary.accountant = s.accountant.to_json();
   return summary;
 }

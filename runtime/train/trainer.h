@@ -5,9 +5,11 @@
 // same for all of them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -22,6 +24,8 @@
 namespace dpg::train {
 
 struct RunState;  // the model, mechanism, optimiser, sampler, algorithm and accountant of one run
+struct Progress;  // where a run stands at a step boundary (run_state.h)
+class CheckpointDir;
 
 class Trainer {
  public:
@@ -33,13 +37,20 @@ class Trainer {
           std::vector<GossipPhase> phases = {}, trace::Tracer* tracer = nullptr);
   ~Trainer();
   // Runs every step; calls on_epoch after each epoch's evaluation, and on_consensus every
-  // metrics_every steps when the algorithm's replicas differ.
+  // metrics_every steps when the algorithm's replicas differ. With a checkpoint_dir it writes
+  // checkpoints every checkpoint_every steps, and with resume it first continues from the
+  // newest one every peer has (docs/RELIABILITY.md). When the stop flag is seen set at a stop
+  // check (every peer agrees on the step), it writes a checkpoint there (with a
+  // checkpoint_dir) and returns a summary with stopped_at set, without evaluating.
   TrainSummary run(const std::function<void(const EpochReport&)>& on_epoch,
                    const std::function<void(const ConsensusReport&)>& on_consensus = {});
 
   // Called with t before step t (tests slow one peer down, or make it fail mid-run, with it).
   // Set before run().
   void set_step_hook(std::function<void(long long t)> hook) { step_hook_ = std::move(hook); }
+  // A flag a signal handler sets (async-signal-safe: a lock-free atomic); read at each stop
+  // check. Must outlive run().
+  void set_stop_flag(const std::atomic<bool>* flag) { stop_flag_ = flag; }
 
   const TrainConfig& config() const { return config_; }
   const dp::PrivacyPlan& plan() const { return plan_; }
@@ -62,6 +73,23 @@ class Trainer {
   // The spread of the peers' models, and with `eval` the models on metrics_eval_rows test rows.
   ConsensusReport consensus(RunState& s, long long round, bool eval) const;
   void log_start() const;
+  // The last step of `epoch` (1-based; 0 gives 0).
+  long long epoch_end(int epoch) const;
+
+  // Checkpoints (trainer_checkpoint.cc). Opens the folder; with resume, agrees with the other
+  // peers on the step to continue from, restores it and charges the accountants for any steps
+  // taken past it that will not be repeated exactly. Returns where the run starts.
+  Progress start_checkpoints(RunState& s, TrainSummary& summary);
+  // At the boundary before step p.step: the stop check and the checkpoint when due. Returns
+  // whether every peer stops here.
+  bool at_boundary(RunState& s, const Progress& p, bool epoch_start);
+  void write_checkpoint(RunState& s, const Progress& p, bool stopping);
+  // The newest step that every peer has in `mine` (ascending), or -1 when there is none;
+  // `newest` lists each peer's newest, `any` says whether some peer has one.
+  long long agree_on_step(const std::vector<long long>& mine, std::string& newest,
+                          bool& any) const;
+  // The highest step the ledger may say this peer reached from boundary t.
+  long long reservation_from(long long t) const;
 
   TrainConfig config_;
   data::Prepared data_;
@@ -72,6 +100,11 @@ class Trainer {
   dp::PrivacyPlan plan_;
   std::unique_ptr<RunState> state_;  // kept after run() for params()
   std::function<void(long long t)> step_hook_;
+  const std::atomic<bool>* stop_flag_ = nullptr;
+  std::unique_ptr<CheckpointDir> checkpoints_;
+  long long start_step_ = 0;       // where this run began (0, or the step it resumed from)
+  long long reserved_floor_ = 0;   // steps an abandoned continuation reached that a replay repeats
+  long long stop_check_every_ = 0;  // 0: only at epoch starts and checkpoints
 };
 
 }  // namespace dpg::train

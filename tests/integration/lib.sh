@@ -53,3 +53,23 @@ expect_error() {
     fail "$*: error does not mention '$want': $err"
   fi
 }
+# peer_work: makes $work and an empty pids[]; on exit every process in pids[] is killed (by its
+# pid) and $work is removed.
+peer_work() {
+  work=$(mktemp -d)
+  pids=()
+  trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+}
+# Waits at most $1 seconds for the given ranks; fails if one is still running or exited 0.
+expect_exit() {
+  local limit=$1; shift
+  local start=$SECONDS
+  for r in "$@"; do
+    while kill -0 "${pids[$r]}" 2>/dev/null; do
+      if (( SECONDS - start > limit )); then echo "rank $r still running after $limit s"; exit 1; fi
+      sleep 0.1
+    done
+    set +e; wait "${pids[$r]}"; local rc=$?; set -e
+    [ $rc -ne 0 ] || { echo "rank $r exited 0"; exit 1; }
+  done
+}

@@ -1,13 +1,7 @@
 # Shared by the peer-failure tests: source it after lib.sh and `require_fmnist`. Makes $work
-# (removed on exit, with every peer started here), prepares the data, and defines start_peers and
-# expect_exit.
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# (removed on exit, with every peer started here; peer_work in lib.sh), prepares the data, and
+# defines start_peers.
+peer_work
 
 "$bin" prepare --out "$work/data" >/dev/null
 
@@ -32,18 +26,3 @@ start_peers() {
   done
   echo "training did not start"; cat "$work"/rank-*.log; exit 1
 }
-
-# Waits at most $1 seconds for the given ranks; fails if one is still running or exited 0.
-expect_exit() {
-  local limit=$1; shift
-  local start=$SECONDS
-  for r in "$@"; do
-    while kill -0 "${pids[$r]}" 2>/dev/null; do
-      if (( SECONDS - start > limit )); then echo "rank $r still running after $limit s"; exit 1; fi
-      sleep 0.1
-    done
-    set +e; wait "${pids[$r]}"; local rc=$?; set -e
-    [ $rc -ne 0 ] || { echo "rank $r exited 0"; exit 1; }
-  done
-}
-

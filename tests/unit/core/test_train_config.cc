@@ -64,6 +64,11 @@ dpg::TrainConfig unusual() {
   c.bucket_bytes = 1 << 20;
   c.trace = "t.json";
   c.accountant = dpg::PrivacyAccountant::rdp;
+  c.checkpoint_dir = "ck";
+  c.checkpoint_every = 10;
+  c.checkpoint_keep = 5;
+  c.resume = true;
+  c.stop_check_every = 4;
   return c;
 }
 
@@ -148,21 +153,40 @@ TEST_CASE("train config: secure noise refuses a fixed noise seed, naming it") {
 }
 
 TEST_CASE("train config: the hash ignores exactly the per-peer fields") {
-  const std::set<std::string> per_peer = {"data",     "threads", "metrics", "noise_seed",
-                                          "run_name", "trace",   "insecure_fixed_seed"};
-  const dpg::TrainConfig base;
+  const std::set<std::string> per_peer = {"data",     "threads", "metrics",
+                                          "noise_seed", "run_name", "trace",
+                                          "checkpoint_dir", "insecure_fixed_seed"};
+  // Shared, but free to change when a run is resumed: not in the checkpoint's hash.
+  const std::set<std::string> control = {"timeout_s", "checkpoint_every", "checkpoint_keep",
+                                         "resume", "stop_check_every"};
+  dpg::TrainConfig base;
+  base.checkpoint_dir = "ck";  // per peer; lets checkpoint_every and resume be set alone
   const dpg::TrainConfig other = unusual();
   const dpg::Json changed = dpg::to_json(other);
-  std::set<std::string> ignored;
+  std::set<std::string> ignored, not_trained;
   for (const auto& f : dpg::config_fields()) {
     // The defaults with this one field taken from `unusual`.
     dpg::Json j = dpg::to_json(base);
     j[f.key] = changed[f.key];
     const dpg::TrainConfig c = dpg::train_config_from_json(j, "x");
     if (dpg::shared_settings_hash(c) == dpg::shared_settings_hash(base)) ignored.insert(f.key);
+    if (dpg::training_settings_hash(c) == dpg::training_settings_hash(base)) {
+      not_trained.insert(f.key);
+    }
     CHECK(f.shared == !per_peer.count(f.key));
+    CHECK(f.run_control == (control.count(f.key) > 0));
   }
   CHECK(ignored == per_peer);
+  std::set<std::string> both = per_peer;
+  both.insert(control.begin(), control.end());
+  CHECK(not_trained == both);
+}
+
+TEST_CASE("train config: checkpoint_every and resume need a checkpoint_dir") {
+  CHECK(has(error_of({{"checkpoint_every", 5}}), "cfg.json:/checkpoint_every: needs a checkpoint_dir"));
+  CHECK(has(error_of({{"resume", true}}), "cfg.json:/resume: needs a checkpoint_dir"));
+  CHECK(has(error_of({{"checkpoint_keep", 0}}), "cfg.json:/checkpoint_keep: must be in [1, 1000]"));
+  CHECK(error_of({{"resume", true}, {"checkpoint_dir", "d"}, {"checkpoint_every", 5}}).empty());
 }
 
 TEST_CASE("train config: the topology schedule is parsed when read") {

@@ -15,6 +15,7 @@
 #include "runtime/net/inproc/inproc_transport.h"
 #include "runtime/train/trainer.h"
 #include "tests/unit/train/blobs.h"
+#include "topology/generators.h"
 
 namespace dpg::test {
 
@@ -36,6 +37,17 @@ inline TrainConfig small_config(Algo algo) {
   return c;
 }
 
+// One phase of the named graph kind ("ring", ...) over `world` peers, for graph algorithms.
+inline std::vector<train::GossipPhase> graph_phases(const std::string& kind, int world) {
+  topology::GraphSpec spec;
+  spec.kind = kind;
+  spec.peers = world;
+  train::GossipPhase p;
+  p.label = kind;
+  p.period = topology::make(spec);
+  return {p};
+}
+
 struct PeerResult {
   train::TrainSummary summary;
   std::vector<float> params;
@@ -46,12 +58,14 @@ struct PeerResult {
 // Every peer gets `rows_per_peer` rows of its own (seeded by rank) and the same test split.
 // `phases` are the graphs for graph-based algorithms. `timeout` bounds every wait. `step_hook`,
 // when set, runs on each peer's thread before each of its steps, with its rank and the step (to
-// slow a peer down, or make it throw mid-run).
+// slow a peer down, or make it throw mid-run). `setup`, when set, gets each peer's trainer
+// before it runs (a stop flag, a hook of its own).
 inline std::vector<PeerResult> run_peers(
     int world, const TrainConfig& c, std::size_t rows_per_peer,
     const std::vector<train::GossipPhase>& phases = {},
     std::chrono::milliseconds timeout = std::chrono::seconds(20),
-    const std::function<void(int rank, long long step)>& step_hook = {}) {
+    const std::function<void(int rank, long long step)>& step_hook = {},
+    const std::function<void(int rank, train::Trainer& trainer)>& setup = {}) {
   net::InprocFabric fabric(world, timeout);
   std::vector<PeerResult> out(static_cast<std::size_t>(world));
   const data::Dataset test = blobs(300, 999);
@@ -64,6 +78,7 @@ inline std::vector<PeerResult> run_peers(
         data::Prepared d{blobs(rows_per_peer, 100 + static_cast<std::uint64_t>(r)), test, {}};
         train::Trainer t(c, std::move(d), &comm, phases);
         if (step_hook) t.set_step_hook([&step_hook, r](long long s) { step_hook(r, s); });
+        if (setup) setup(r, t);
         res.summary = t.run([&](const train::EpochReport& e) { res.epochs.push_back(e); });
         res.params.assign(t.params().begin(), t.params().end());
       } catch (const std::exception& e) {

@@ -26,13 +26,7 @@ using Clock = std::chrono::steady_clock;
 TrainConfig ad_config() { return test::small_config(Algo::ad_psgd); }
 
 std::vector<train::GossipPhase> graph(const std::string& kind, int world) {
-  topology::GraphSpec spec;
-  spec.kind = kind;
-  spec.peers = world;
-  train::GossipPhase p;
-  p.label = kind;
-  p.period = topology::make(spec);
-  return {p};
+  return test::graph_phases(kind, world);
 }
 
 // Every peer's initial model under init = independent (seed + rank), as the trainer makes it.

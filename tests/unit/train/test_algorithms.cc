@@ -15,15 +15,7 @@ using namespace dpg;
 
 TrainConfig small_config(const std::string& algo) { return test::small_config(parse_enum<Algo>(algo)); }
 
-std::vector<train::GossipPhase> ring_phases(int world) {
-  topology::GraphSpec spec;
-  spec.kind = "ring";
-  spec.peers = world;
-  train::GossipPhase p;
-  p.label = "ring";
-  p.period = topology::make(spec);
-  return {p};
-}
+std::vector<train::GossipPhase> ring_phases(int world) { return test::graph_phases("ring", world); }
 
 }  // namespace
 

@@ -1,0 +1,195 @@
+#include "runtime/train/run_state.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "runtime/core/error.h"
+
+namespace dpg::train {
+namespace {
+
+model::MlpSpec spec_for(const TrainConfig& c, const data::Dataset& d) {
+  model::MlpSpec s;
+  s.inputs = static_cast<int>(d.cols);
+  s.hidden = c.hidden;
+  s.classes = d.num_classes;
+  s.activation = c.activation;
+  return s;
+}
+
+std::uint64_t secret_seed() {
+  std::random_device device;  // getrandom(2) on Linux
+  return (static_cast<std::uint64_t>(device()) << 32) ^ device() ^ 1;
+}
+
+std::string show(const Json& v) { return v.is_null() ? "(none)" : shorten(v.dump()); }
+
+}  // namespace
+
+RunState::RunState(const TrainConfig& c, const data::Dataset& train, const dp::PrivacyPlan& plan,
+                   int rank)
+    : spec(spec_for(c, train)),
+      model(spec, c.init == Init::independent ? c.seed + static_cast<std::uint64_t>(rank) : c.seed),
+      released(spec, c.seed),
+      noise_seed(c.noise_seed != 0 ? c.noise_seed : secret_seed()),
+      mechanism(model.num_params(),
+                {.enabled = c.dp,
+                 .clip_norm = static_cast<float>(c.clip_norm),
+                 .noise_multiplier = plan.peer_sigma,
+                 .expected_batch = plan.peer_batch[static_cast<std::size_t>(rank)],
+                 .secure_noise = c.secure_noise},
+                noise_seed, static_cast<std::uint64_t>(rank)),
+      sgd(model.num_params(), {.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}),
+      accountant(plan.accountant),
+      message_accountant(plan.accountant) {
+  const double q = plan.peer_q[static_cast<std::size_t>(rank)];
+  const Rng rng(noise_seed, stream_for(stream::kSampler, static_cast<std::uint64_t>(rank)));
+  if (c.sampling == Sampling::poisson) {
+    poisson.emplace(train.rows, q, rng);
+  } else {
+    // This peer's share of the global batch, so that all peers together take batch_size.
+    shuffle.emplace(train.rows, static_cast<std::size_t>(std::max(1.0, std::round(q * train.rows))),
+                    rng);
+  }
+}
+
+Checkpoint save_run_state(const RunState& s, const Progress& p, const RunIdentity& id) {
+  const TrainConfig& c = id.config;
+  Checkpoint out;
+  Json& m = out.meta;
+  m["format"] = "dpgossip checkpoint";
+  m["step"] = p.step;
+  m["rank"] = id.rank;
+  m["world"] = id.world;
+  m["training"] = training_settings(c);
+  m["training_hash"] = training_settings_hash(c);
+  m["noise_seed_fixed"] = c.noise_seed != 0;
+  if (c.noise_seed != 0) m["noise_seed"] = c.noise_seed;
+  m["threads"] = c.threads;
+  m["plan"] = {{"q", id.plan.q},
+               {"steps", id.plan.steps},
+               {"model_sigma", id.plan.model_sigma},
+               {"message_sigma", id.plan.message_sigma}};
+  m["shard_rows"] = id.shard_rows;
+  m["accountant"] = s.accountant.to_json();
+  m["message_accountant"] = s.message_accountant.to_json();
+  m["progress"] = {{"seen", p.seen},
+                   {"correct", p.correct},
+                   {"dropped", p.dropped},
+                   {"epoch_dropped_before", p.epoch_dropped_before},
+                   {"samples", p.samples}};
+  const double seconds[] = {p.loss_sum, p.train_seconds, p.wall_seconds};
+  out.put("progress", std::span<const double>(seconds));
+  out.put("model", s.model.params());
+  m["sgd_started"] = s.sgd.started();
+  out.put("momentum", s.sgd.momentum_buffer());
+  if (s.ema) out.put("ema", s.ema->values());
+  // The generators only when the seed is fixed: a secret seed's state would let whoever reads
+  // the file recompute the noise and the batches of every step, so a resumed run draws anew.
+  if (c.noise_seed != 0) {
+    m["noise_rng"] = rng_to_json(s.mechanism.rng_state());
+    if (s.poisson) {
+      m["sampler_rng"] = rng_to_json(s.poisson->rng_state());
+    } else {
+      m["sampler_rng"] = rng_to_json(s.shuffle->rng_state());
+      m["shuffle_position"] = s.shuffle->position();
+      const auto order = s.shuffle->order();
+      const std::vector<std::uint64_t> wide(order.begin(), order.end());
+      out.put("shuffle_order", std::span<const std::uint64_t>(wide));
+    }
+  }
+  return out;
+}
+
+void check_same_run(const Checkpoint& ck, const RunIdentity& id) {
+  const TrainConfig& c = id.config;
+  const Json& m = ck.meta;
+  const std::string& f = ck.where;
+  auto refuse = [&](const std::string& what) {
+    fail(Code::invalid_argument, f + ": " + what + "; a resumed run must be the run that wrote it");
+  };
+  if (m.value("world", -1) != id.world) {
+    refuse("written by a run of " + show(m.value("world", Json())) + " peers, this run has " +
+           std::to_string(id.world));
+  }
+  if (m.value("training_hash", Json()) != Json(training_settings_hash(c))) {
+    const Json mine = training_settings(c);
+    const Json theirs = m.value("training", Json::object());
+    std::string diff;
+    for (const auto& [key, value] : mine.items()) {
+      const Json other = theirs.contains(key) ? theirs[key] : Json();
+      if (other != value) {
+        diff += (diff.empty() ? "" : ", ") + ("/" + key) + " was " + show(other) + ", is " +
+                show(value);
+      }
+    }
+    if (diff.empty()) diff = "the settings' hash differs";
+    refuse("written under another configuration (" + diff + ")");
+  }
+  const bool fixed = m.value("noise_seed_fixed", false);
+  if (fixed != (c.noise_seed != 0) ||
+      (fixed && m.value("noise_seed", Json()) != Json(c.noise_seed))) {
+    refuse(fixed ? "/noise_seed: written with a fixed noise seed, this run has another"
+                 : "/noise_seed: written with a secret noise seed (0), this run fixes one");
+  }
+  const Json plan = {{"q", id.plan.q},
+                     {"steps", id.plan.steps},
+                     {"model_sigma", id.plan.model_sigma},
+                     {"message_sigma", id.plan.message_sigma}};
+  if (m.value("plan", Json()) != plan) {
+    refuse("written under another privacy plan (" + show(m.value("plan", Json())) + ", now " +
+           plan.dump() + "): did the data or the peers' shards change?");
+  }
+  if (m.value("shard_rows", Json()) != Json(id.shard_rows)) {
+    refuse("written for a shard of " + show(m.value("shard_rows", Json())) + " rows, /data has " +
+           std::to_string(id.shard_rows) + " for rank " + std::to_string(id.rank));
+  }
+}
+
+Progress restore_run_state(RunState& s, const Checkpoint& ck, const RunIdentity& id) {
+  const Json& m = ck.meta;
+  JsonReader r(m, ck.where + ": ");
+  Progress p;
+  p.step = r.integer("step");
+  JsonReader pr(r.at("progress"), r.path("progress"));
+  p.seen = pr.integer("seen");
+  p.correct = pr.integer("correct");
+  p.dropped = pr.integer("dropped");
+  p.epoch_dropped_before = pr.integer("epoch_dropped_before");
+  p.samples = pr.integer("samples");
+  double seconds[3];
+  ck.get("progress", std::span<double>(seconds));
+  p.loss_sum = seconds[0];
+  p.train_seconds = seconds[1];
+  p.wall_seconds = seconds[2];
+  if (p.step < 0 || p.step >= id.plan.steps) {
+    fail(Code::data_loss, ck.where + ": step " + std::to_string(p.step) + " is not one before "
+                                     "the run's last (" + std::to_string(id.plan.steps) + ")");
+  }
+  ck.get("model", s.model.params());
+  std::vector<float> velocity(s.sgd.momentum_buffer().size());
+  ck.get("momentum", std::span<float>(velocity));
+  s.sgd.restore(velocity, r.boolean("sgd_started"));
+  if (s.ema) ck.get("ema", s.ema->values());
+  s.accountant = dp::Accountant::from_json(r.at("accountant"), r.path("accountant"));
+  s.message_accountant =
+      dp::Accountant::from_json(r.at("message_accountant"), r.path("message_accountant"));
+  if (id.config.noise_seed != 0) {
+    s.mechanism.set_rng_state(rng_from_json(r.at("noise_rng"), r.path("noise_rng")));
+    const Rng::State sampler = rng_from_json(r.at("sampler_rng"), r.path("sampler_rng"));
+    if (s.poisson) {
+      s.poisson->set_rng_state(sampler);
+    } else {
+      std::vector<std::uint64_t> wide(ck.count<std::uint64_t>("shuffle_order"));
+      ck.get("shuffle_order", std::span<std::uint64_t>(wide));
+      const std::vector<std::size_t> order(wide.begin(), wide.end());
+      const long long pos = r.integer("shuffle_position");
+      if (pos < 0) r.fail_at("shuffle_position", "must be non-negative");
+      s.shuffle->restore(sampler, order, static_cast<std::size_t>(pos));
+    }
+  }
+  return p;
+}
+
+}  // namespace dpg::train

@@ -1,0 +1,84 @@
+// The state of one peer's training run (what the Trainer holds between steps), and what a
+// checkpoint keeps of it (docs/RELIABILITY.md): the model, the optimiser's momentum, the
+// parameter average, the accountants, the run's progress, and, when the noise seed is fixed,
+// the sampler's and the noise's generators. The algorithm adds its own (Algorithm::save).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "dp/accountant.h"
+#include "dp/mechanism.h"
+#include "dp/privacy_plan.h"
+#include "runtime/core/train_config.h"
+#include "runtime/data/dataset.h"
+#include "runtime/model/mlp.h"
+#include "runtime/train/algorithm.h"
+#include "runtime/train/checkpoint.h"
+#include "runtime/train/evaluate.h"
+#include "runtime/train/gradient.h"
+#include "runtime/train/optimizer.h"
+#include "runtime/train/report.h"
+#include "runtime/train/sampler.h"
+
+namespace dpg::train {
+
+struct RunState {
+  RunState(const TrainConfig& c, const data::Dataset& train, const dp::PrivacyPlan& plan,
+           int rank);
+
+  model::MlpSpec spec;
+  model::Mlp model;
+  model::Mlp released;  // what is evaluated and reported: the iterate or its average
+  model::Workspace ws, eval_ws;
+  std::uint64_t noise_seed;
+  dp::GaussianMechanism mechanism;
+  Sgd sgd;
+  std::optional<ParamAverage> ema;
+  std::unique_ptr<Algorithm> algorithm;
+  dp::Accountant accountant;          // the released model, for the worst peer's data
+  dp::Accountant message_accountant;  // the worst peer's messages
+  std::optional<PoissonSampler> poisson;
+  std::optional<ShuffleSampler> shuffle;
+  std::vector<std::int32_t> labels;
+  StepBuffers buffers;
+  double lr = 0;
+  std::vector<float> scratch;  // the mean of the peers' models
+  std::optional<ConsensusReport> last_consensus;  // the latest K-step report
+  std::optional<Evaluator> evaluator;
+  std::chrono::steady_clock::time_point start;
+};
+
+// Where a run stands at a step boundary, besides the state above.
+struct Progress {
+  long long step = 0;                // steps taken
+  double loss_sum = 0;               // the current epoch's batches so far
+  long long seen = 0, correct = 0;
+  long long dropped = 0;             // the run's dropped examples
+  long long epoch_dropped_before = 0;  // the run's, when the current epoch began
+  long long samples = 0;             // counted for the throughput, over finished epochs
+  double train_seconds = 0;          // training time so far, evaluation excluded
+  double wall_seconds = 0;           // since the run began (resumes included)
+};
+
+// What a checkpoint must match to be resumed by this run.
+struct RunIdentity {
+  const TrainConfig& config;
+  const dp::PrivacyPlan& plan;
+  int rank = 0, world = 1;
+  std::size_t shard_rows = 0;
+};
+
+// The checkpoint of the state at boundary p.step (the algorithm's part not included).
+Checkpoint save_run_state(const RunState& s, const Progress& p, const RunIdentity& id);
+// Throws invalid_argument naming the file and what differs when `c` was written by another
+// run: another training setting (the field), noise seed, plan, world or shard.
+void check_same_run(const Checkpoint& c, const RunIdentity& id);
+// Restores the model, momentum, average, accountants and progress of `c`; the sampler's and
+// the noise's generators too when the noise seed is fixed (a secret one is drawn anew).
+Progress restore_run_state(RunState& s, const Checkpoint& c, const RunIdentity& id);
+
+}  // namespace dpg::train

@@ -1,0 +1,195 @@
+// The Trainer's checkpoints, resume and stop checks (docs/RELIABILITY.md).
+//
+// Boundaries. Before step t, at every multiple of stop_check_every and of checkpoint_every, and
+// at each epoch's first step, every peer (a) lets the algorithm settle its own messages (Algorithm::quiesce), (b) sums
+// everyone's stop flag in a one-value all-reduce, so that all peers stop at the same step
+// however many of them were signalled, and (c) when stopping or at a checkpoint step, writes its
+// checkpoint and meets the others at a barrier, so that no peer's step t can touch the state
+// another peer is saving (an asynchronous algorithm's server or responder would).
+//
+// The privacy ledger. The accountants in a checkpoint count the steps before it; a peer killed
+// later has taken steps the checkpoint does not count, and if the resumed run repeats them with
+// other noise or in another order, those are new releases of the same data. So each peer keeps
+// in ledger.json the highest step it may reach before its next checkpoint (written before the
+// steps are taken). At a resume the peers take the highest ledger among them, R, and the common
+// step s: unless every peer repeats steps s..R exactly (a fixed noise seed, so the same batches
+// and noise; a synchronous algorithm; the same thread counts, so the same float arithmetic),
+// the accountants are charged R - s more steps, and the checkpoint of step s is rewritten with
+// the charge before anything else happens, so a second failure cannot lose it.
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/train/run_state.h"
+#include "runtime/train/trainer.h"
+
+namespace dpg::train {
+namespace {
+
+// The default spacing of the stop checks. Each is a one-value all-reduce: on a model small
+// enough that a step is a few milliseconds, a check every step cost as much as the step's own
+// all-reduce (docs/RELIABILITY.md); every 10 steps it is a tenth of that, and a signal still
+// stops the run within 10 steps. The asynchronous algorithms check only at each epoch's start
+// (just after the evaluation's collectives) and at checkpoints: any periodic check would be a
+// meeting of every peer that keeps the fast ones within a period of the slowest.
+constexpr long long kStopCheckEvery = 10;
+
+void warn(const std::string& what) { DPG_WARN("train: checkpoint " << what); }
+
+// Every peer's `mine`, in rank order.
+std::vector<long long> gather(collective::Communicator* comm, long long mine) {
+  if (comm == nullptr) return {mine};
+  std::vector<long long> all(static_cast<std::size_t>(comm->world()));
+  comm->allgather(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(all)));
+  return all;
+}
+
+}  // namespace
+
+long long Trainer::reservation_from(long long t) const {
+  const long long every = config_.checkpoint_every;
+  return every > 0 ? std::min(plan_.steps, t + every) : plan_.steps;
+}
+
+long long Trainer::agree_on_step(const std::vector<long long>& mine, std::string& newest,
+                                 bool& any) const {
+  // Each round every peer offers its newest step at or below the bound; when all offer the same
+  // step it is the answer, else the bound drops to the lowest offer. The highest offer falls
+  // every round, so this ends within one round per distinct step.
+  long long bound = plan_.steps;
+  for (std::size_t round = 0;; ++round) {
+    long long offer = -1;
+    for (long long st : mine) {
+      if (st <= bound) offer = st;
+    }
+    const auto all = gather(comm_, offer);
+    if (round == 0) {
+      any = *std::max_element(all.begin(), all.end()) >= 0;
+      for (std::size_t r = 0; r < all.size(); ++r) {
+        newest += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + ": " +
+                  (all[r] < 0 ? std::string("none") : "step " + std::to_string(all[r]));
+      }
+    }
+    const auto [lo, hi] = std::minmax_element(all.begin(), all.end());
+    if (*lo == *hi) return *lo;
+    bound = *lo;
+  }
+}
+
+Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
+  const TrainConfig& c = config_;
+  const bool async = world() > 1 && algo_info(c.algo).asynchronous;
+  stop_check_every_ = c.stop_check_every > 0 ? c.stop_check_every : (async ? 0 : kStopCheckEvery);
+  Progress p;
+  if (c.checkpoint_dir.empty()) return p;
+  checkpoints_ = std::make_unique<CheckpointDir>(c.checkpoint_dir, rank(), c.checkpoint_keep);
+  const CheckpointDir& dir = *checkpoints_;
+  if (!c.resume) {
+    if (dir.has_history()) {
+      fail(Code::failed_precondition,
+           "train: " + dir.folder() + " holds the checkpoints or the privacy ledger of an earlier "
+           "run: pass --resume to continue it, or give another --checkpoint-dir (starting over "
+           "here would spend the privacy budget again without counting what was spent)");
+    }
+    dir.reserve(reservation_from(0));
+    return p;
+  }
+  const RunIdentity id{c, plan_, rank(), world(), data_.train.rows};
+  std::vector<long long> mine;
+  for (long long st : dir.valid_steps(warn)) {
+    check_same_run(dir.read(st), id);  // another run's checkpoint is an error, not damage
+    mine.push_back(st);
+  }
+  std::string newest;
+  bool any = false;
+  const long long common = agree_on_step(mine, newest, any);
+  if (common < 0 && any) {
+    fail(Code::failed_precondition,
+         "train: --resume: no checkpoint step is held intact by every peer (newest valid per "
+         "peer: " + newest + "); restore the missing files or start a new run in another "
+         "--checkpoint-dir");
+  }
+  const std::optional<long long> ledger = dir.reserved();
+  if (!ledger && common >= 0) {
+    fail(Code::data_loss, "train: " + dir.folder() + "/ledger.json is missing: the steps taken "
+                          "after the newest checkpoint cannot be counted");
+  }
+  bool exact = c.noise_seed != 0 && !algo_info(c.algo).asynchronous;
+  std::optional<Checkpoint> ck;
+  if (common >= 0) {
+    ck = dir.read(common);
+    exact = exact && ck->meta.value("threads", 0) == c.threads;
+    p = restore_run_state(s, *ck, id);
+    s.algorithm->restore(common, *ck);
+    dir.remove_after(common);  // an abandoned continuation's
+  }
+  const auto reached = gather(comm_, ledger.value_or(0));
+  const auto exacts = gather(comm_, exact ? 1 : 0);
+  const long long reach = *std::max_element(reached.begin(), reached.end());
+  exact = *std::min_element(exacts.begin(), exacts.end()) == 1;
+  start_step_ = p.step;
+  summary.resumed_from = p.step;
+  summary.dropped_examples = p.dropped;
+  const long long replayed = std::max(0LL, reach - p.step);
+  if (replayed > 0 && !exact && c.dp) {
+    s.accountant.step(plan_.accountant_q(), plan_.model_sigma, replayed);
+    s.message_accountant.step(plan_.accountant_q(), plan_.message_sigma, replayed);
+    summary.replay_charged_steps = replayed;
+    DPG_WARN("train: resuming from step " << p.step << ", but a peer may have reached step "
+                                          << reach << " before it stopped, and those steps will "
+                                          << "not be repeated exactly: the accountants count "
+                                          << replayed << " more steps");
+    Checkpoint charged = save_run_state(s, p, id);
+    s.algorithm->save(p.step, charged);
+    dir.write(p.step, charged);
+    reserved_floor_ = 0;
+  } else {
+    reserved_floor_ = exact ? reach : 0;
+  }
+  dir.reserve(std::max(reserved_floor_, reservation_from(p.step)));
+  if (rank() == 0) {
+    DPG_INFO("train: " << (common >= 0 ? "resuming from step " + std::to_string(common)
+                                       : std::string("no checkpoint anywhere; starting afresh"))
+                       << " (newest per peer: " << newest << "); epsilon so far "
+                       << (c.dp ? s.accountant.spent(c.delta).epsilon : 0.0));
+  }
+  return p;
+}
+
+bool Trainer::at_boundary(RunState& s, const Progress& p, bool epoch_start) {
+  const long long t = p.step;
+  const long long every = config_.checkpoint_every;
+  const bool checkpoint_due = checkpoints_ && every > 0 && t % every == 0 && t != start_step_;
+  const bool check_due = epoch_start || (stop_check_every_ > 0 && t % stop_check_every_ == 0);
+  if (!checkpoint_due && !check_due) return false;
+  if (comm_) s.algorithm->quiesce(t);
+  bool stop = stop_flag_ != nullptr && stop_flag_->load(std::memory_order_relaxed);
+  if (comm_) {
+    double flags = stop ? 1.0 : 0.0;
+    comm_->allreduce(std::span<double>(&flags, 1), collective::Reduce::sum);
+    stop = flags > 0;
+  }
+  if (stop && rank() == 0) {
+    DPG_INFO("train: stopping at step " << t << " on a signal"
+                                        << (checkpoints_ ? ", after a checkpoint" : ""));
+  }
+  if ((stop || checkpoint_due) && checkpoints_) {
+    write_checkpoint(s, p, stop);
+    if (comm_) comm_->barrier();
+  }
+  return stop;
+}
+
+void Trainer::write_checkpoint(RunState& s, const Progress& p, bool stopping) {
+  trace::Span span(tracer_, "checkpoint", "io");
+  const RunIdentity id{config_, plan_, rank(), world(), data_.train.rows};
+  Checkpoint ck = save_run_state(s, p, id);
+  s.algorithm->save(p.step, ck);
+  checkpoints_->write(p.step, ck);
+  // A stopped run has taken exactly p.step steps; a running one reserves the steps to its next
+  // checkpoint before taking them.
+  checkpoints_->reserve(std::max(reserved_floor_, stopping ? p.step : reservation_from(p.step)));
+}
+
+}  // namespace dpg::train
