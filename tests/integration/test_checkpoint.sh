@@ -31,7 +31,7 @@ for name, n in (("train", 8000), ("test", 1000)):
 
 n=4
 train=(train --algo allreduce --data "$work/data" --epochs 6 --batch-size 64 --hidden 16
-       --noise-multiplier 1.0 --noise-seed 11 --threads 1 --metrics "" --json)
+       --noise-multiplier 1.0 --noise-seed 11 --insecure-fixed-seed --threads 1 --metrics "" --json)
 
 # start_run DIR [FLAGS...]: the four peers in the background (pids[], logs $work/rank-R.log,
 # rank R's summary $work/out-R.json), from a fresh hosts file. With pause="RANK STEP:SECONDS",
