@@ -364,8 +364,9 @@ class PsAsync final : public Algorithm {
                             t + 1 - slowest(&who) > config_.max_staleness);
       if (!give_up) continue;
       // A server thread of this rank failed first (a peer's connection lost, its abort read):
-      // that failure names the cause; the slowest clock here may only be a peer it took down.
-      if (failed_ && !stopping_) throw Error(failure_code_, failure_);
+      // for this rank's own worker that failure names the cause, where the slowest clock here
+      // may only be a peer it took down. A remote worker still gets the held reply below.
+      if (failed_ && !stopping_ && w == rank_) throw Error(failure_code_, failure_);
       // This peer is going down: the culprit is whom its own worker gave up on, else itself.
       if (stopping_) who = blame_ >= 0 ? blame_ : rank_;
       const std::string waited_for = stopping_ ? "peer " + std::to_string(who) : slowest_peers();
