@@ -215,7 +215,14 @@ class PsAsync final : public Algorithm {
     std::size_t i = 0;
     for (int k = 0; k < servers_; ++k) {
       if (k == rank_) continue;
-      transport_.wait(pulls[i++]);
+      try {
+        transport_.wait(pulls[i++]);
+      } catch (const Error&) {
+        // Server k's link failed: a reply this rank's server holds names k, not this rank.
+        std::lock_guard lock(mu_);
+        if (blame_ < 0) blame_ = k;
+        throw;
+      }
       const auto [b, e] = shard_range(num_params_, servers_, k);
       const auto& in = reply_[static_cast<std::size_t>(k)];
       ReplyHeader h;
@@ -366,9 +373,13 @@ class PsAsync final : public Algorithm {
       // A server thread of this rank failed first (a peer's connection lost, its abort read):
       // for this rank's own worker that failure names the cause, where the slowest clock here
       // may only be a peer it took down. A remote worker still gets the held reply below.
-      if (failed_ && !stopping_ && w == rank_) throw Error(failure_code_, failure_);
-      // This peer is going down: the culprit is whom its own worker gave up on, else itself.
-      if (stopping_) who = blame_ >= 0 ? blame_ : rank_;
+      if (failed_ && !stopping_ && w == rank_) {
+        blame_ = failed_peer_;
+        throw Error(failure_code_, failure_);
+      }
+      // This peer is going down: the culprit is whom its own worker gave up on, else the peer
+      // whose server thread failed first, else itself.
+      if (stopping_) who = blame_ >= 0 ? blame_ : failed_ ? failed_peer_ : rank_;
       const std::string waited_for = stopping_ ? "peer " + std::to_string(who) : slowest_peers();
       const std::string why = who == rank_
           ? "rank " + std::to_string(rank_) + ": ps-async server stopped (peer " +
@@ -399,6 +410,7 @@ class PsAsync final : public Algorithm {
     if (tracer_) tracer_->name_thread("server");
     const auto [b, e] = shard_range(num_params_, servers_, rank_);
     std::vector<float> in(kHeaderFloats + (e - b)), out(kHeaderFloats + (e - b));
+    int culprit = w;  // whom a failure here blames: w's link, unless a held reply named another
     try {
       for (long long t = first;; ++t) {
         const auto round = static_cast<std::uint64_t>(t);
@@ -424,7 +436,10 @@ class PsAsync final : public Algorithm {
         std::memcpy(out.data(), &rh, sizeof rh);
         transport_.wait(
             transport_.send(w, {kOpPsPull, round, 0}, std::as_bytes(std::span(out))));
-        if (r.stalled != 0) fail(Code::deadline_exceeded, r.why);
+        if (r.stalled != 0) {
+          culprit = static_cast<int>(r.stalled) - 1;  // the peer the held reply named
+          fail(Code::deadline_exceeded, r.why);
+        }
         {
           // Counted once sent, not once posted: release() relies on every reply being on its
           // way before this rank's collectives, which share the stream to the worker.
@@ -437,6 +452,7 @@ class PsAsync final : public Algorithm {
       std::lock_guard lock(mu_);
       if (!failed_) {
         failed_ = true;
+        failed_peer_ = culprit;
         const auto* err = dynamic_cast<const Error*>(&ex);
         failure_code_ = err ? err->code() : Code::internal;
         const std::string prefix = "rank " + std::to_string(rank_) + ": ";
@@ -503,6 +519,8 @@ class PsAsync final : public Algorithm {
   std::vector<long long> last_version_;  // per worker: the version of its last reply
   long long updates_ = 0;
   int blame_ = -1;  // the peer this rank's own worker gave up waiting for
+  int failed_peer_ = -1;  // whom the first failed server thread blamed (its worker's link, or the
+                         // peer its held reply named)
   bool started_ = false, stopping_ = false, failed_ = false;
   bool restored_ = false;  // the shard and clocks came from a checkpoint
   Code failure_code_ = Code::internal;
