@@ -133,7 +133,8 @@ std::string OpTable::expired(const OpSlot& s) const {
   const PeerState p = liveness_(s.peer);
   if (p.silent_for >= silence_) {
     return message + ": " + peer + " is silent (nothing from it, not even a heartbeat, for " +
-           seconds_text(p.silent_for) + "): it stopped, hung, or was busy past the timeout";
+           seconds_text(p.silent_for) + "): " +
+           (p.note.empty() ? "it stopped, hung, or was busy past the timeout" : p.note);
   }
   if (!p.waiting) {
     return message + ": " + peer + " is alive but not waiting on the network: its training " +

@@ -64,6 +64,7 @@ class OpTable {
   struct PeerState {
     std::chrono::steady_clock::duration silent_for{};
     bool waiting = false;
+    std::string note;  // what else is known of a silent peer ("process 12 is stopped ..."), or ""
   };
   // With liveness set, a wait past its timeout fails at once when its peer is silent for
   // `silence` (stopped) or is alive but not waiting on the network (hung or busy), naming it. It
