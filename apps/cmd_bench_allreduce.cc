@@ -1,5 +1,7 @@
 // dpgossip bench allreduce: time per operation, algorithm and bus bandwidth of the ring
-// all-reduce over TCP, optionally beside Gloo's ring and OpenMPI's MPI_Allreduce in one command.
+// all-reduce over TCP or shared memory (--transport), optionally beside Gloo's ring and OpenMPI's
+// MPI_Allreduce (over TCP, or over its shared-memory path when dpgossip's is) in one command,
+// with one core's memory copy bandwidth, the machine's own limit, measured beside them.
 //
 // With --peers N it starts N peers on 127.0.0.1 (this same program with --hosts and --rank) and
 // collects rank 0's rows; with --hosts and --rank (or a launcher's rank variable) it is one peer of
@@ -9,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -23,12 +26,12 @@
 #include "apps/commands.h"
 #include "apps/launch.h"
 #include "apps/parse.h"
+#include "apps/transport_setup.h"
 #include "runtime/collective/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
 #include "runtime/core/json_io.h"
 #include "runtime/net/hosts.h"
-#include "runtime/net/tcp/tcp_transport.h"
 
 namespace dpg::app {
 namespace {
@@ -56,7 +59,36 @@ struct AllreduceBenchOptions {
   std::string rows_out;     // where rank 0 writes its rows (JSON lines); stdout when empty
   bool pin = false;         // pin peer r to CPU r mod (CPUs)
   bool progress_thread = false;  // an I/O thread per peer instead of I/O on the waiting thread
+  std::string transport = "auto";  // auto, tcp or shm (TrainConfig's TransportMode)
+  uint32_t slot_bytes = net::ShmOptions{}.slot_bytes;
+  uint32_t slots = net::ShmOptions{}.slots;
+  std::size_t direct_min_bytes = net::ShmOptions{}.direct_min_bytes;
+  int busy_poll_us = net::ShmOptions{}.busy_poll_us;
 };
+
+TransportMode mode_of(const AllreduceBenchOptions& o) {
+  try {
+    return parse_enum<TransportMode>(o.transport);
+  } catch (const Error& e) {
+    fail(Code::invalid_argument, std::string("--transport: ") + e.what());
+  }
+}
+
+// One core's memory copy bandwidth (bytes copied per second, GB/s), the best of a few copies of
+// 64 MiB, well beyond the caches: what one peer can move per second at most when every byte is
+// copied once, the ceiling a shared-memory all-reduce is measured against.
+double memcpy_GBps() {
+  constexpr std::size_t kBytes = 64 << 20;
+  std::vector<std::byte> a(kBytes, std::byte{1}), b(kBytes, std::byte{2});
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    std::memcpy(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(), kBytes);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, kBytes / s / 1e9);
+  }
+  return best;
+}
 
 // Rank-valued inputs whose sum is exact in float: x[i] = rank + 1 + i % 3.
 void fill(std::vector<float>& v, int rank) {
@@ -86,14 +118,25 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   topt.connect_timeout = topt.timeout;
   topt.config_hash = fnv1a64(o.sizes + "/" + std::to_string(o.segment_bytes) + "/" +
                              std::to_string(o.small_bytes) + "/" + std::to_string(o.scratch_slots) +
-                             "/" + std::to_string(o.medium_bytes));
+                             "/" + std::to_string(o.medium_bytes) + "/" + o.transport);
   topt.socket_buffer_bytes = o.socket_buffer_bytes;
   topt.spin_us = o.spin_us;
   topt.progress_thread = o.progress_thread;
+  net::ShmOptions sopt;
+  sopt.timeout = topt.timeout;
+  sopt.connect_timeout = topt.connect_timeout;
+  sopt.config_hash = topt.config_hash;
+  sopt.spin_us = o.spin_us;
+  sopt.progress_thread = o.progress_thread;
+  sopt.slot_bytes = o.slot_bytes;
+  sopt.slots = o.slots;
+  sopt.direct_min_bytes = o.direct_min_bytes;
+  sopt.busy_poll_us = o.busy_poll_us;
   const collective::Options copt{o.segment_bytes, o.small_bytes, o.scratch_slots,
                                  o.medium_bytes};
-  net::TcpTransport transport(hosts, rank, collective::peers_needed(rank, n, copt), topt);
-  collective::Communicator comm(transport, copt);
+  const auto transport = make_transport(hosts, rank, collective::peers_needed(rank, n, copt),
+                                        mode_of(o), topt, sopt);
+  collective::Communicator comm(*transport, copt);
 
   std::vector<AllreduceRow> rows;
   for (long long bytes : sizes) {
@@ -163,7 +206,12 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o) {
                                    "--medium-bytes", std::to_string(o.medium_bytes),
                                    "--socket-buffer-bytes", std::to_string(o.socket_buffer_bytes),
                                    "--spin-us", std::to_string(o.spin_us),
-                                   "--timeout-s", timeout.str(), "--rows-out", rows_path};
+                                   "--timeout-s", timeout.str(), "--rows-out", rows_path,
+                                   "--transport", o.transport,
+                                   "--slot-bytes", std::to_string(o.slot_bytes),
+                                   "--slots", std::to_string(o.slots),
+                                   "--direct-min-bytes", std::to_string(o.direct_min_bytes),
+                                   "--busy-poll-us", std::to_string(o.busy_poll_us)};
   if (o.pin) args.push_back("--pin");
   if (o.progress_thread) args.push_back("--progress-thread");
   const int rc = supervise(local_children(hosts, hosts_path, exe_path(), args));
@@ -243,6 +291,7 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
     fail(Code::invalid_argument,
          "--peers: must be in [1, 1024] (local processes), got " + std::to_string(o.peers));
   }
+  mode_of(o);
   if (!o.hosts.empty()) return run_peer(o, sizes);
   if (o.peers < 1) fail(Code::invalid_argument, "--peers: must be at least 1");
   std::vector<std::string> baselines;
@@ -269,7 +318,10 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
     };
     if (round % 2 == 0) ours();
     for (const auto& b : baselines) {
-      auto more = run_baseline(b, o.peers, sizes, o.warmup, o.repeats, o.pin);
+      // OpenMPI over the same medium: its shared-memory path (vader) when dpgossip's peers
+      // share memory (all local peers do under auto), else TCP.
+      auto more = run_baseline(b, o.peers, sizes, o.warmup, o.repeats, o.pin,
+                               mode_of(o) != TransportMode::tcp);
       rows.insert(rows.end(), more.begin(), more.end());
     }
     if (round % 2 == 1) ours();
@@ -317,7 +369,9 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
       ratios.push_back(q);
     }
   }
+  const double copy = memcpy_GBps();
   if (o.json) {
+    std::cout << Json{{"limit", "memcpy_one_core"}, {"GBps", copy}}.dump() << "\n";
     for (const auto& r : rows) std::cout << to_json(r).dump() << "\n";
     for (const auto& q : ratios) {
       std::cout << Json{{"ratio", "busbw/" + q.over}, {"bytes", q.bytes}, {"median", q.median},
@@ -325,6 +379,8 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
                 << "\n";
     }
   } else {
+    std::cout << "transport " << o.transport << "; the machine's limit: one core copies "
+              << std::fixed << std::setprecision(2) << copy << " GB/s (memcpy of 64 MiB)\n";
     print_table(rows, ratios, columns);
   }
   for (const auto& r : rows) {
@@ -337,7 +393,8 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
 
 void add_bench_allreduce(CLI::App& bench) {
   auto o = std::make_shared<AllreduceBenchOptions>();
-  auto* c = bench.add_subcommand("allreduce", "all-reduce time and bandwidth over TCP");
+  auto* c = bench.add_subcommand("allreduce",
+                                 "all-reduce time and bandwidth over TCP or shared memory");
   c->add_option("--peers", o->peers, "peers on 127.0.0.1")->capture_default_str();
   c->add_option("--sizes", o->sizes, "buffer sizes in bytes (K = KiB, M = MiB)")
       ->capture_default_str();
@@ -367,6 +424,21 @@ void add_bench_allreduce(CLI::App& bench) {
   c->add_flag("--pin", o->pin, "pin peer r to CPU r mod the CPU count (the baselines' ranks too)");
   c->add_flag("--progress-thread", o->progress_thread,
               "run each peer's I/O on a thread of its own (default: on the waiting thread)");
+  c->add_option("--transport", o->transport,
+                "auto (shared memory between peers of one host, else TCP), tcp or shm")
+      ->capture_default_str();
+  c->add_option("--slot-bytes", o->slot_bytes, "shared memory: ring slot size (64-byte header)")
+      ->capture_default_str();
+  c->add_option("--slots", o->slots, "shared memory: slots per ring (one ring each way per pair)")
+      ->capture_default_str();
+  c->add_option("--direct-min-bytes", o->direct_min_bytes,
+                "shared memory: messages this large are read from the sender's memory "
+                "(process_vm_readv); 0: all through the ring")
+      ->capture_default_str();
+  c->add_option("--busy-poll-us", o->busy_poll_us,
+                "shared memory: how long a wait polls without yielding while its peer runs "
+                "(0: always yield)")
+      ->capture_default_str();
   c->add_option("--hosts", o->hosts, "hosts file: run as one peer of it");
   c->add_option("--rank", o->rank, "this peer's rank (default: from the launcher's environment)");
   c->add_option("--rows-out", o->rows_out, "file for rank 0's rows (default: stdout)");

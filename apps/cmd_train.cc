@@ -13,6 +13,7 @@
 #include "apps/gossip_setup.h"
 #include "apps/guards.h"
 #include "apps/trace_output.h"
+#include "apps/transport_setup.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
 #include "runtime/core/json_io.h"
@@ -22,7 +23,6 @@
 #include "runtime/data/dataset.h"
 #include "runtime/data/peer_data.h"
 #include "runtime/net/hosts.h"
-#include "runtime/net/tcp/tcp_transport.h"
 #include "runtime/net/tracing_transport.h"
 #include "runtime/train/algorithm.h"
 #include "runtime/train/trainer.h"
@@ -163,7 +163,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   // transport (off, nothing wraps and nothing is recorded).
   trace::Tracer tracer;
   open_trace(tracer, c.trace, peers.rank);
-  std::optional<net::TcpTransport> transport;
+  std::unique_ptr<net::Transport> transport;
   std::optional<net::TracingTransport> traced;
   std::optional<collective::Communicator> comm;
   if (peers.world() > 1) {
@@ -174,7 +174,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
     t.config_hash = shared_settings_hash(c) ^ (peers.hosts.topology.is_null()
                                                    ? 0
                                                    : fnv1a64(peers.hosts.topology.dump()));
-    // An algorithm that overlaps communication with computation needs an I/O thread.
+    // An algorithm that overlaps communication with computation needs a progress thread.
     t.progress_thread = algo.overlaps(c);
     const collective::Options copt;
     // The collectives' peers (the initial broadcast, evaluation and metrics), plus the
@@ -182,8 +182,14 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
     std::set<int> talk_to;
     for (int p : collective::peers_needed(peers.rank, peers.world(), copt)) talk_to.insert(p);
     for (int p : algo.peers(c, peers.rank, peers.world(), phases)) talk_to.insert(p);
-    transport.emplace(peers.hosts, peers.rank, std::vector<int>(talk_to.begin(), talk_to.end()),
-                      t);
+    net::ShmOptions shm;
+    shm.timeout = t.timeout;
+    shm.connect_timeout = t.connect_timeout;
+    shm.config_hash = t.config_hash;
+    shm.progress_thread = t.progress_thread;
+    transport = make_transport(peers.hosts, peers.rank,
+                               std::vector<int>(talk_to.begin(), talk_to.end()), c.transport, t,
+                               shm);
     if (tracer.on()) traced.emplace(*transport, tracer);
     comm.emplace(traced ? static_cast<net::Transport&>(*traced) : *transport, copt);
   }

@@ -28,6 +28,9 @@ std::string to_string(LrSchedule s) {
   return std::string(EnumNames<LrSchedule>::names[static_cast<int>(s)]);
 }
 std::string to_string(Init i) { return std::string(EnumNames<Init>::names[static_cast<int>(i)]); }
+std::string to_string(TransportMode m) {
+  return std::string(EnumNames<TransportMode>::names[static_cast<int>(m)]);
+}
 
 namespace {
 
@@ -364,6 +367,9 @@ std::vector<ConfigField> make_table() {
             between(0, 1099511627776.0)),
       field(&C::timeout_s, "timeout_s", "--timeout-s", "timeout of every network wait, in seconds",
             positive_up_to(1e6)),
+      field(&C::transport, "transport", "--transport",
+            "auto (shared memory with the peers the hosts file puts on this host, TCP with the "
+            "rest), tcp, or shm (every peer on this host)"),
       field(&C::run_name, "run_name", "--run-name", "the run id of the metrics lines (\"\": generated)")
           .per_peer(),
       field(&C::metrics, "metrics", "--metrics", "JSON-lines metrics file to append to (\"\": none)")

@@ -30,6 +30,9 @@ enum class Sampling { poisson, shuffle };
 enum class TopologyWeights { metropolis, uniform, lazy };
 enum class LrSchedule { constant, cosine };
 enum class Init { same, independent };
+// How peers talk: auto, shared memory with the peers the hosts file puts on this peer's host and
+// TCP with the rest; tcp or shm, one for every peer (shm refuses a peer on another host).
+enum class TransportMode { automatic, tcp, shm };
 
 // The strings of each enum, in declaration order: what JSON, the flags and to_string use.
 template <class E> struct EnumNames;
@@ -55,6 +58,9 @@ template <> struct EnumNames<LrSchedule> {
 template <> struct EnumNames<Init> {
   static constexpr std::string_view names[] = {"same", "independent"};
 };
+template <> struct EnumNames<TransportMode> {
+  static constexpr std::string_view names[] = {"auto", "tcp", "shm"};
+};
 
 std::string to_string(Algo a);
 std::string to_string(Activation a);
@@ -63,6 +69,7 @@ std::string to_string(Sampling s);
 std::string to_string(TopologyWeights w);
 std::string to_string(LrSchedule s);
 std::string to_string(Init i);
+std::string to_string(TransportMode m);
 
 // "relu or tanh", "single, allreduce, ... or ad-psgd".
 template <class E> std::string enum_choices() {
@@ -143,6 +150,7 @@ struct TrainConfig {
   int metrics_eval_rows = 1000;
   std::string run_name;                         // the "run" of every metrics line ("": generated)
   double timeout_s = 60;                     // every network wait, and the connection set-up
+  TransportMode transport = TransportMode::automatic;  // shared memory on one host, else TCP
   std::string metrics = "runs/metrics.jsonl";  // JSON-lines file, appended ("" = none)
   int servers = 1;             // ps-sync / ps-async: ranks 0..servers-1 each hold a shard
   int max_staleness = 4;       // ps-async: how far ahead of the slowest worker one may run

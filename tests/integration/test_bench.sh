@@ -23,6 +23,9 @@ import json, os, sys
 rows, ratios = {}, {}
 for line in open(sys.argv[1]):
     o = json.loads(line)
+    if "limit" in o:
+        if not o["GBps"] > 0: sys.exit(f"limit {o}")
+        continue
     if "backend" in o:
         rows[(o["backend"], o["bytes"])] = o
     else:

@@ -83,6 +83,7 @@ struct ShmTransport::Impl {
   std::thread thread;  // the progress thread, when options.progress_thread
   std::atomic<bool> stopping{false};
   std::chrono::steady_clock::time_point last_check{};
+  std::chrono::microseconds busy_poll{0};  // options.busy_poll_us, resolved
   std::chrono::steady_clock::duration beat_every{};
   std::chrono::steady_clock::duration silence{};
 

@@ -19,6 +19,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Tells the core this is a spin-wait (frees the sibling hyper-thread, saves power).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 }  // namespace
 
 Fd& Fd::operator=(Fd&& o) noexcept {
@@ -50,13 +57,25 @@ Mapping::~Mapping() {
 
 ShmTransport::Impl::Impl(int r, int w, ShmOptions o)
     : rank(r), world(w), options(o), ops(r, o.timeout, o.spin_us) {
-  driver = [this](const OpSlot&, Clock::time_point until, bool block) {
+  driver = [this](const OpSlot& op, Clock::time_point until, bool block) {
     if (block) {
       sleep_until(until);
       progress_all();
       return;
     }
-    progress_all();
+    // Busy first (no system call) while the awaited peer is running, which its heartbeat of
+    // the last microseconds shows: its message is then about to land, and yielding would hand
+    // the core to another process. A peer not seen running for busy_poll may be waiting for
+    // this very core: then yield at once.
+    const auto busy_until = Clock::now() + busy_poll;
+    const shm::SideState* peer = pairs[op.peer] ? &pairs[op.peer]->view.theirs() : nullptr;
+    while (!progress_all() && op.state.load(std::memory_order_acquire) != OpSlot::done &&
+           !ops.poisoned() && peer) {
+      const auto now = Clock::now();
+      const auto beat = Clock::time_point(Clock::duration(peer->beat_ns.load(std::memory_order_relaxed)));
+      if (now >= busy_until || now - beat > busy_poll) break;
+      cpu_relax();
+    }
     // A peer's death shows on its socket; look every millisecond while spinning (sleeping
     // polls the sockets anyway).
     const auto now = Clock::now();
@@ -219,6 +238,7 @@ ShmTransport::ShmTransport(const HostsFile& hosts, int rank, const std::vector<i
   }
   const std::string why = shm::check_sizes(options.slot_bytes, options.slots);
   if (!why.empty()) fail(Code::invalid_argument, "shared-memory rings: " + why);
+  impl_->busy_poll = std::chrono::microseconds(options.busy_poll_us);
   impl_->connect_all(hosts, peers);
   impl_->beat();
   if (!impl_->options.progress_thread) return;

@@ -35,6 +35,12 @@ struct ShmOptions {
   // measurements behind the default.
   std::size_t direct_min_bytes = 0;
   int spin_us = 50;  // how long a wait polls the rings and yields before it sleeps
+  // Within that, how long a poll goes on without yielding the core while the awaited peer is
+  // seen running (its heartbeat, stamped on each of its passes over the rings, is younger than
+  // this): a message from a peer on another core lands within a microsecond or two, while a
+  // yield on a busy machine can hand the core away for milliseconds. A peer not seen running
+  // may be waiting for this very core, so then the wait yields at once. 0: always yield.
+  int busy_poll_us = 20;
   // As for TCP: false, the waiting thread moves the data; true, a thread of the transport does,
   // so messages flow while the caller computes, and several threads may use the transport.
   bool progress_thread = false;

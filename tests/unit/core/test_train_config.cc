@@ -55,6 +55,7 @@ dpg::TrainConfig unusual() {
   c.metrics_eval_rows = 10;
   c.run_name = "r1";
   c.timeout_s = 2.5;
+  c.transport = dpg::TransportMode::shm;
   c.metrics = "";
   c.servers = 2;
   c.max_staleness = 0;

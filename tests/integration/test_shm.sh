@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Every algorithm over shared memory (--transport shm) with 4 peer processes, against the same
+# run over TCP: the synchronous algorithms give the same test accuracy to the last digit (the
+# transport moves the same bytes in the same order; fixed noise seeds), the asynchronous ones
+# (ps-async, ad-psgd, whose interleaving depends on timing) within 3 points. Then the refusals:
+# --transport shm with a peer on another host, and peers started with different transports.
+set -euo pipefail
+bin=$1
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+fmnist_work "$bin"
+common=(--data "$work/data" --threads 1 --json --timeout-s 30 --metrics "" --epochs 1
+        --noise-seed 7 --hidden 64)
+
+run() {  # run NAME TRANSPORT TRAIN-FLAGS...: a 4-peer run; its summary in $work/NAME-TRANSPORT.json
+  local name=$1 transport=$2
+  shift 2
+  local start=$SECONDS
+  "$bin" launch --peers 4 -- train "$@" "${common[@]}" --transport "$transport" \
+    >"$work/$name-$transport.json" 2>"$work/$name-$transport.log" ||
+    { cat "$work/$name-$transport.log"; fail "$name over $transport failed"; }
+  echo "$name over $transport: $((SECONDS - start)) s"
+}
+
+algos=(
+  "allreduce --algo allreduce"
+  "bucketed --algo allreduce --bucket-bytes 65536"
+  "gossip --algo gossip --topology ring"
+  "ps-sync --algo ps-sync --servers 2"
+  "ps-async --algo ps-async --servers 2 --max-staleness 4"
+  "local-sgd --algo local-sgd --local-steps 4"
+  "ad-psgd --algo ad-psgd --topology ring"
+)
+for a in "${algos[@]}"; do
+  read -r -a words <<<"$a"
+  for transport in shm tcp; do run "${words[0]}" "$transport" "${words[@]:1}"; done
+done
+
+py '
+import json, sys
+work = sys.argv[1]
+def summary(path):
+    lines = [l.split("] ", 1)[-1] for l in open(path) if "{" in l]
+    return json.loads(lines[-1])
+bad = []
+for name in ["allreduce", "bucketed", "gossip", "ps-sync", "ps-async", "local-sgd", "ad-psgd"]:
+    shm, tcp = summary(f"{work}/{name}-shm.json"), summary(f"{work}/{name}-tcp.json")
+    print("%-10s shm %.4f  tcp %.4f  (%.0f and %.0f samples/s)" % (name, shm["test_accuracy"],
+          tcp["test_accuracy"], shm["samples_per_second"], tcp["samples_per_second"]))
+    if shm["peers"] != 4: bad.append(name + ": peers")
+    exact = name not in ("ps-async", "ad-psgd")
+    if exact and shm["test_accuracy"] != tcp["test_accuracy"]:
+        bad.append("%s: %r over shm, %r over tcp" % (name, shm["test_accuracy"], tcp["test_accuracy"]))
+    if not exact and abs(shm["test_accuracy"] - tcp["test_accuracy"]) > 0.03:
+        bad.append("%s: %r over shm, %r over tcp" % (name, shm["test_accuracy"], tcp["test_accuracy"]))
+    if abs(shm["epsilon"] - tcp["epsilon"]) > 1e-12: bad.append(name + ": epsilon")
+assert not bad, bad
+' "$work" || fail "shm against tcp"
+
+# A peer on another host (127.0.0.2 is another host to the hosts file) cannot share memory.
+py '
+import json, sys
+json.dump({"peers": [{"rank": 0, "host": "127.0.0.1", "port": 41001},
+                     {"rank": 1, "host": "127.0.0.2", "port": 41002}]}, open(sys.argv[1], "w"))
+' "$work/two-hosts.json"
+expect_error "--transport shm: peer 1 is on host 127.0.0.2" \
+  "$bin" train --algo allreduce --hosts "$work/two-hosts.json" --rank 0 "${common[@]}" \
+  --transport shm
+# Peers started with different transports never meet; the set-up says so within its timeout.
+write_local_hosts 2 "$work/hosts.json"
+"$bin" train --algo allreduce --hosts "$work/hosts.json" --rank 1 "${common[@]}" --timeout-s 2 \
+  --transport tcp >/dev/null 2>&1 &
+other=$!
+expect_error "must run with the same --transport" \
+  "$bin" train --algo allreduce --hosts "$work/hosts.json" --rank 0 "${common[@]}" --timeout-s 2 \
+  --transport shm
+wait "$other" && fail "rank 1 over tcp met rank 0 over shm"
+
+finish shm
