@@ -80,6 +80,33 @@ for name in ["allreduce", "bucketed", "gossip", "ps-sync", "ps-async", "local-sg
 assert not bad, bad
 ' "$work" || fail "shm against tcp"
 
+# Two emulated hosts (127.0.0.1 and 127.0.0.2, two peers each): under auto each pair on one host
+# shares memory and the pairs across hosts use TCP, through one routed transport; the all-reduce
+# run ends bit-equal to the one over TCP alone.
+py '
+import json, socket, sys
+socks = []
+for r in range(4):
+    s = socket.socket()
+    s.bind(("127.0.0.%d" % (1 + r // 2), 0))
+    socks.append(s)
+json.dump({"peers": [{"rank": r, "host": s.getsockname()[0], "port": s.getsockname()[1]}
+                     for r, s in enumerate(socks)]}, open(sys.argv[1], "w"))
+' "$work/hosts2x2.json"
+"$bin" launch --hosts "$work/hosts2x2.json" -- train --algo allreduce "${common[@]}" \
+  --transport auto --metrics "$work/mixed-auto.jsonl" >"$work/mixed-auto.json" \
+  2>"$work/mixed-auto.log" || { cat "$work/mixed-auto.log"; fail "2 hosts x 2 peers failed"; }
+grep -q "transport: shared memory with peer 1; TCP with peers 2, 3" "$work/mixed-auto.log" ||
+  fail "rank 0 did not route peer 1 over shared memory and peers 2, 3 over TCP: $(head -5 "$work/mixed-auto.log")"
+py '
+import json, sys
+def loss(path):
+    return [json.loads(l) for l in open(path) if "epoch" in l][-1]["test_loss"]
+a, b = loss(sys.argv[1] + "/mixed-auto.jsonl"), loss(sys.argv[1] + "/allreduce-tcp.jsonl")
+assert a == b, (a, b)
+print("2 hosts x 2 peers, shared memory within and TCP across: test loss %.6f as over TCP" % a)
+' "$work" || fail "mixed transports against tcp"
+
 # A peer on another host (127.0.0.2 is another host to the hosts file) cannot share memory.
 py '
 import json, sys
