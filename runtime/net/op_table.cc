@@ -70,9 +70,16 @@ void OpTable::release(uint32_t index) {
   free_.push_back(index);
 }
 
-void OpTable::wait(Handle h, const Driver* drive) {
+const OpSlot* OpTable::find(Handle h) {
   if (h.slot >= allocated_ || slot(h.slot).generation != h.generation ||
       slot(h.slot).state.load(std::memory_order_acquire) == OpSlot::idle) {
+    return nullptr;
+  }
+  return &slot(h.slot);
+}
+
+void OpTable::wait(Handle h, const Driver* drive) {
+  if (!find(h)) {
     fail(Code::internal, "rank " + std::to_string(rank_) + ": wait on a stale or unknown handle");
   }
   OpSlot& s = slot(h.slot);

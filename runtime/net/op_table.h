@@ -47,6 +47,8 @@ class OpTable {
   OpSlot& slot(uint32_t index) {
     return (*chunks_[index / kChunk].load(std::memory_order_acquire))[index % kChunk];
   }
+  // The posted operation a handle names, or null when the handle is stale or unknown.
+  const OpSlot* find(Handle handle);
   // Marks a slot done and wakes its waiter (any thread).
   void complete(uint32_t index);
   // Runs the transport's I/O on the waiting thread: with block false it handles what is ready

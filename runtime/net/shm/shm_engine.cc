@@ -255,7 +255,20 @@ void ShmTransport::Impl::finish_sends_to_gone(ShmPair& p) {
   if (!p.gone) return;
   std::string why;
   const auto ready = p.view.in.ready(why);
-  if (ready && *ready > 0 && !p.bye_received) return;  // what it left is still to be read
+  // What it left is still read. But with its next message waiting for a receive not posted, a
+  // wait on a receive from it is a wait on a later message (or on one it never sent), which
+  // cannot come: the receive of every message a peer sent must be posted before a wait on a
+  // later one (transport.h).
+  bool waited = false;  // a receive from it is waited on and still pending
+  const uint64_t w = p.waited_recv.load(std::memory_order_acquire);
+  if (w != ~uint64_t{0}) {
+    const OpSlot& r = ops.slot(static_cast<uint32_t>(w >> 32));
+    waited = r.generation == static_cast<uint32_t>(w) &&
+             r.state.load(std::memory_order_acquire) == OpSlot::pending;
+  }
+  const bool stuck =
+      !ready || *ready == 0 || (p.parked_now.load(std::memory_order_relaxed) && waited);
+  if (!p.bye_received && !stuck) return;
   if (!p.bye_received) {
     ops.poison(Code::unavailable, prefix() + peer + " is gone: its shared-memory socket closed " +
                                       "without a goodbye (process " + std::to_string(p.pid) +

@@ -66,6 +66,8 @@ struct ShmPair {
   bool gone = false;  // its socket ended: the process exited or closed the transport
   uint32_t abort_seen = 0;
   std::atomic<bool> parked_now{false};  // a message waits for a receive not posted yet
+  // The receive from this peer a thread waits on now (slot << 32 | generation), or ~0.
+  std::atomic<uint64_t> waited_recv{~uint64_t{0}};
 };
 
 struct ShmTransport::Impl {

@@ -301,6 +301,20 @@ Handle ShmTransport::recv(int peer, Tag tag, std::span<std::byte> data) {
 }
 
 void ShmTransport::wait(Handle handle) {
+  // Noted while it waits: a receive from a peer that is gone can then be failed at once.
+  struct Waiting {
+    std::atomic<uint64_t>* at = nullptr;
+    ~Waiting() {
+      if (at) at->store(~uint64_t{0}, std::memory_order_release);
+    }
+  } waiting;
+  const OpSlot* op = impl_->ops.find(handle);
+  if (op && op->kind == OpKind::recv && impl_->pairs[op->peer]) {
+    waiting.at = &impl_->pairs[op->peer]->waited_recv;
+    waiting.at->store(uint64_t{handle.slot} << 32 | handle.generation, std::memory_order_release);
+    std::lock_guard lock(impl_->mu);
+    impl_->progress(*impl_->pairs[op->peer]);
+  }
   try {
     impl_->ops.wait(handle, impl_->options.progress_thread ? nullptr : &impl_->driver);
   } catch (const Error& e) {

@@ -177,3 +177,29 @@ TEST_CASE("shared memory across processes: a stopped reader is named when the se
   CHECK_MESSAGE(error.find("is stopped") != std::string::npos, error);
   CHECK(took < 3s);
 }
+
+TEST_CASE("shared memory across processes: a dead writer is named even behind a parked message") {
+  ShmOptions o;
+  o.timeout = 10s;
+  const HostsFile hosts = dpg::net::local_hosts(2);
+  // The child leaves a whole message the parent has posted no receive for, then is killed.
+  const pid_t child = fork_peer(hosts, 1, {0}, o, [](ShmTransport& t) {
+    std::vector<float> v(16, 1.0f);
+    t.wait(t.send(0, Tag{9, 0, 5}, bytes(v)));
+    ::raise(SIGKILL);
+  });
+  std::string error;
+  Clock::duration took{};
+  const auto start = Clock::now();
+  try {
+    ShmTransport t(hosts, 0, {1}, o);
+    std::vector<float> v(16);
+    t.wait(t.recv(1, Tag{9, 0, 1}, bytes(v)));  // never sent: the parked one is chunk 5
+  } catch (const dpg::Error& e) {
+    error = e.what();
+    took = Clock::now() - start;
+  }
+  CHECK(reap(child) == 128 + SIGKILL);
+  CHECK_MESSAGE(error.find("peer 1 is gone") != std::string::npos, error);
+  CHECK(took < 3s);
+}
