@@ -70,6 +70,23 @@ void OpTable::release(uint32_t index) {
   free_.push_back(index);
 }
 
+void OpTable::append(uint32_t& head, uint32_t& tail, uint32_t index) {
+  slot(index).next = kNone;
+  if (tail == kNone) {
+    head = index;
+  } else {
+    slot(tail).next = index;
+  }
+  tail = index;
+}
+
+uint32_t OpTable::take_front(uint32_t& head, uint32_t& tail) {
+  const uint32_t index = head;
+  head = slot(index).next;
+  if (head == kNone) tail = kNone;
+  return index;
+}
+
 const OpSlot* OpTable::find(Handle h) {
   if (h.slot >= allocated_ || slot(h.slot).generation != h.generation ||
       slot(h.slot).state.load(std::memory_order_acquire) == OpSlot::idle) {

@@ -47,6 +47,10 @@ class OpTable {
   OpSlot& slot(uint32_t index) {
     return (*chunks_[index / kChunk].load(std::memory_order_acquire))[index % kChunk];
   }
+  // A queue of slots threaded through OpSlot::next (head and tail are kNone when it is empty),
+  // the way each transport keeps a peer's posted sends and receives in order.
+  void append(uint32_t& head, uint32_t& tail, uint32_t index);
+  uint32_t take_front(uint32_t& head, uint32_t& tail);
   // The posted operation a handle names, or null when the handle is stale or unknown.
   const OpSlot* find(Handle handle);
   // Marks a slot done and wakes its waiter (any thread).

@@ -20,29 +20,18 @@ using Clock = std::chrono::steady_clock;
 using shm::SlotHeader;
 using shm::SlotKind;
 
-void push(OpTable& ops, uint32_t& head, uint32_t& tail, uint32_t index) {
-  ops.slot(index).next = kNone;
-  if (tail == kNone) {
-    head = index;
-  } else {
-    ops.slot(tail).next = index;
-  }
-  tail = index;
-}
-
-uint32_t pop(OpTable& ops, uint32_t& head, uint32_t& tail) {
-  const uint32_t index = head;
-  head = ops.slot(index).next;
-  if (head == kNone) tail = kNone;
-  return index;
-}
-
 void fill(SlotHeader& h, SlotKind kind, const OpSlot& s) {
   h.kind = static_cast<uint32_t>(kind);
   h.op = s.tag.op;
   h.round = s.tag.round;
   h.chunk = s.tag.chunk;
   h.length = s.size;
+}
+
+// Stamps this side's heartbeat in one pair: during a long message, after each slot, so that the
+// peer waiting on it sees this process running (and polls on instead of yielding its core).
+void stamp(ShmPair& p) {
+  p.view.mine().beat_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
 }
 
 // A peer's socket carries nothing after the handshake: readable means it ended (the peer's
@@ -75,7 +64,7 @@ bool ShmTransport::Impl::push_sends(ShmPair& p) {
       h.bytes = 0;
       h.address = reinterpret_cast<uint64_t>(s.data);
       p.view.out.publish(1);
-      push(ops, p.direct_head, p.direct_tail, pop(ops, p.send_head, p.send_tail));
+      ops.append(p.direct_head, p.direct_tail, ops.take_front(p.send_head, p.send_tail));
       ++p.direct_sent;
     } else {
       const std::size_t n = std::min(payload, s.size - p.send_offset);
@@ -83,10 +72,11 @@ bool ShmTransport::Impl::push_sends(ShmPair& p) {
       h.bytes = static_cast<uint32_t>(n);
       if (n > 0) std::memcpy(p.view.out.write_payload(0), s.data + p.send_offset, n);
       p.view.out.publish(1);
+      stamp(p);
       p.send_offset += n;
       if (p.send_offset == s.size) {
         p.send_offset = 0;
-        ops.complete(pop(ops, p.send_head, p.send_tail));
+        ops.complete(ops.take_front(p.send_head, p.send_tail));
       }
     }
     --free;
@@ -109,7 +99,7 @@ bool ShmTransport::Impl::push_sends(ShmPair& p) {
   }
   while (p.direct_acked < acked) {
     ++p.direct_acked;
-    ops.complete(pop(ops, p.direct_head, p.direct_tail));
+    ops.complete(ops.take_front(p.direct_head, p.direct_tail));
     did = true;
   }
   return did;
@@ -216,6 +206,7 @@ bool ShmTransport::Impl::pull(ShmPair& p) {
       }
       std::memcpy(p.dst, p.view.in.read_payload(0), n);
       p.view.in.release(1);
+      stamp(p);
       p.dst += n;
       p.left -= n;
       if (p.left == 0) {

@@ -272,14 +272,7 @@ Handle ShmTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   Handle h = impl_->ops.post(OpKind::send, peer, tag, const_cast<std::byte*>(data.data()),
                              data.size());
   std::lock_guard lock(impl_->mu);
-  OpTable& ops = impl_->ops;
-  ops.slot(h.slot).next = kNone;
-  if (p.send_tail == kNone) {
-    p.send_head = h.slot;
-  } else {
-    ops.slot(p.send_tail).next = h.slot;
-  }
-  p.send_tail = h.slot;
+  impl_->ops.append(p.send_head, p.send_tail, h.slot);
   impl_->progress(p);
   return h;
 }
@@ -288,14 +281,7 @@ Handle ShmTransport::recv(int peer, Tag tag, std::span<std::byte> data) {
   ShmPair& p = impl_->pair_for(peer, "receive from");
   Handle h = impl_->ops.post(OpKind::recv, peer, tag, data.data(), data.size());
   std::lock_guard lock(impl_->mu);
-  OpTable& ops = impl_->ops;
-  ops.slot(h.slot).next = kNone;
-  if (p.recv_tail == kNone) {
-    p.recv_head = h.slot;
-  } else {
-    ops.slot(p.recv_tail).next = h.slot;
-  }
-  p.recv_tail = h.slot;
+  impl_->ops.append(p.recv_head, p.recv_tail, h.slot);
   impl_->progress(p);
   return h;
 }
