@@ -57,6 +57,15 @@ times = {k: r["time_us"] for k, r in rows.items()}
 print("bench rows:", ", ".join(f"{b}@{s}: {t:.0f} us" for (b, s), t in sorted(times.items())))
 ' "$work/rows.jsonl" || fail "bench allreduce output"
 
+# The same over TCP (the run above used shared memory, the default between local peers).
+"$bin" bench allreduce --peers 2 --sizes 4K,96K --rounds 1 --warmup 5 --repeats 20 --json \
+  --transport tcp >"$work/tcp.jsonl" 2>"$work/err.log" ||
+  { cat "$work/err.log" >&2; fail "bench allreduce --transport tcp failed"; }
+[[ $(grep -c '"backend":"dpgossip".*"ok":true' "$work/tcp.jsonl") == 2 ]] ||
+  fail "bench allreduce --transport tcp: $(cat "$work/tcp.jsonl")"
+expect_error "--transport: expected auto, tcp or shm" \
+  "$bin" bench allreduce --peers 2 --transport udp
+
 if "$bin" bench allreduce --peers 2 --rounds 0 >"$work/out" 2>"$work/err"; then
   fail "--rounds 0 was accepted"
 elif ! grep -q -- "--rounds" "$work/err"; then
