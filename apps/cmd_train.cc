@@ -16,16 +16,17 @@
 #include "apps/gossip_setup.h"
 #include "apps/guards.h"
 #include "apps/trace_output.h"
+#include "apps/transport_setup.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
 #include "runtime/core/json_io.h"
 #include "runtime/core/log.h"
 #include "runtime/core/train_config.h"
 #include "runtime/collective/communicator.h"
+#include "runtime/collective/hierarchical.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/peer_data.h"
 #include "runtime/net/hosts.h"
-#include "runtime/net/tcp/tcp_transport.h"
 #include "runtime/net/tracing_transport.h"
 #include "runtime/train/algorithm.h"
 #include "runtime/train/trainer.h"
@@ -209,7 +210,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   // transport (off, nothing wraps and nothing is recorded).
   trace::Tracer tracer;
   open_trace(tracer, c.trace, peers.rank);
-  std::optional<net::TcpTransport> transport;
+  std::unique_ptr<net::Transport> transport;
   std::optional<net::TracingTransport> traced;
   std::optional<collective::Communicator> comm;
   if (peers.world() > 1) {
@@ -220,7 +221,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
     t.config_hash = shared_settings_hash(c) ^ (peers.hosts.topology.is_null()
                                                    ? 0
                                                    : fnv1a64(peers.hosts.topology.dump()));
-    // An algorithm that overlaps communication with computation needs an I/O thread.
+    // An algorithm that overlaps communication with computation needs a progress thread.
     t.progress_thread = algo.overlaps(c);
     t.tls = flags.tls;
     const collective::Options copt;
@@ -229,14 +230,26 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
     std::set<int> talk_to;
     for (int p : collective::peers_needed(peers.rank, peers.world(), copt)) talk_to.insert(p);
     for (int p : algo.peers(c, peers.rank, peers.world(), phases)) talk_to.insert(p);
-    transport.emplace(peers.hosts, peers.rank, std::vector<int>(talk_to.begin(), talk_to.end()),
-                      t);
+    if (c.hierarchical) {
+      for (int p : collective::hierarchical_peers(peers.rank, host_ids(peers.hosts), copt)) {
+        talk_to.insert(p);
+      }
+    }
+    net::ShmOptions shm;
+    shm.timeout = t.timeout;
+    shm.connect_timeout = t.connect_timeout;
+    shm.config_hash = t.config_hash;
+    shm.progress_thread = t.progress_thread;
+    transport = make_transport(peers.hosts, peers.rank,
+                               std::vector<int>(talk_to.begin(), talk_to.end()), c.transport, t,
+                               shm);
     if (tracer.on()) traced.emplace(*transport, tracer);
     comm.emplace(traced ? static_cast<net::Transport&>(*traced) : *transport, copt);
   }
   train::Trainer trainer(c, load_or_prepare(c, peers.rank, peers.world()),
                          comm ? &*comm : nullptr, std::move(phases), &tracer);
   trainer.set_stop_flag(&g_stop_requested);
+  if (peers.world() > 1) trainer.set_host_ids(host_ids(peers.hosts));
   const bool reporter = peers.rank == 0;
   const int epochs = static_cast<int>(std::ceil(c.epochs - 1e-9));
   const std::string run = c.run_name.empty() ? default_run_name(c, peers.world()) : c.run_name;

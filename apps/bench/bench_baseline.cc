@@ -51,7 +51,8 @@ void check_args(const std::string& name, int peers, const std::vector<long long>
 
 std::vector<bench::AllreduceRow> run_baseline(const std::string& name, int peers,
                                               const std::vector<long long>& sizes_bytes,
-                                              int warmup, int repeats_hint, bool pin) {
+                                              int warmup, int repeats_hint, bool pin,
+                                              bool shared_memory) {
   check_args(name, peers, sizes_bytes, warmup, repeats_hint);
   const bool gloo = name == "gloo";
   const std::string program = gloo ? "dpgossip-bench-gloo" : "dpgossip-bench-mpi";
@@ -76,9 +77,12 @@ std::vector<bench::AllreduceRow> run_baseline(const std::string& name, int peers
       fail(Code::failed_precondition,
            "--baseline mpi: mpirun not found on PATH; install Debian's openmpi-bin");
     }
-    // OpenMPI's TCP transport leaves out the loopback interface unless it is named.
-    argv = {mpirun->string(), "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "tcp,self",
-            "--mca", "btl_tcp_if_include", "lo", "-np", std::to_string(peers)};
+    // OpenMPI's TCP transport leaves out the loopback interface unless it is named; vader is
+    // its shared-memory transport (single-copy through CMA where the kernel allows it).
+    argv = {mpirun->string(), "--allow-run-as-root", "--oversubscribe", "--mca", "btl",
+            shared_memory ? "self,vader" : "tcp,self"};
+    if (!shared_memory) argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", "lo"});
+    argv.insert(argv.end(), {"-np", std::to_string(peers)});
     if (pin) {  // rank r on core r mod the core count, as dpgossip's --pin
       argv.insert(argv.end(), {"--map-by", "core:oversubscribe", "--bind-to", "core:overload-allowed"});
     }

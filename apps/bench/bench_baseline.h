@@ -21,9 +21,11 @@ namespace dpg::app {
 // missing (naming the Debian package that provides it) or the baseline fails, invalid_argument
 // for bad arguments, data_loss when its output is not the rows asked for. With `pin`, rank r
 // runs on CPU r mod the CPU count (Gloo's launcher pins; mpirun binds to cores), as dpgossip's
-// own peers do under --pin.
+// own peers do under --pin. With `shared_memory`, OpenMPI runs over its shared-memory transport
+// (`--mca btl self,vader`) instead of TCP; Gloo has only TCP.
 std::vector<bench::AllreduceRow> run_baseline(const std::string& name, int peers,
                                               const std::vector<long long>& sizes_bytes,
-                                              int warmup, int repeats_hint, bool pin = false);
+                                              int warmup, int repeats_hint, bool pin = false,
+                                              bool shared_memory = false);
 
 }  // namespace dpg::app

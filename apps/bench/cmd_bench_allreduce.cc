@@ -1,5 +1,7 @@
 // dpgossip bench allreduce: time per operation, algorithm and bus bandwidth of the ring
-// all-reduce over TCP, optionally beside Gloo's ring and OpenMPI's MPI_Allreduce in one command.
+// all-reduce over TCP or shared memory (--transport), optionally beside Gloo's ring and OpenMPI's
+// MPI_Allreduce (over TCP, or over its shared-memory path when dpgossip's is) in one command,
+// with one core's memory copy bandwidth, the machine's own limit, measured beside them.
 //
 // With --peers N it starts N peers on 127.0.0.1 (this same program with --hosts and --rank) and
 // collects rank 0's rows; with --hosts and --rank (or a launcher's rank variable) it is one peer of
@@ -10,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -18,6 +21,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "apps/bench/bench_baseline.h"
@@ -28,14 +32,15 @@
 #include "apps/parse.h"
 #include "apps/process/find.h"
 #include "apps/throwaway_pki.h"
+#include "apps/transport_setup.h"
 #include "runtime/collective/communicator.h"
+#include "runtime/collective/hierarchical.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
 #include "runtime/core/json_io.h"
 #include "runtime/core/log.h"
 #include "runtime/net/auth.h"
 #include "runtime/net/hosts.h"
-#include "runtime/net/tcp/tcp_transport.h"
 
 namespace dpg::app {
 namespace {
@@ -68,9 +73,46 @@ struct AllreduceBenchOptions {
   bool pin = false;         // pin peer r to CPU r mod (CPUs)
   bool progress_thread = false;  // an I/O thread per peer instead of I/O on the waiting thread
   bool tls = false;  // --peers: also over TLS, beside plain TCP; --hosts: TLS with its files
+  // --peers: also the hierarchical all-reduce beside the flat one; --hosts: it alone.
+  bool hierarchical = false;
+  int emulated_hosts = 1;  // --peers: spread over this many loopback addresses (127.0.0.h)
+  std::string transport = "auto";  // auto, tcp or shm (TrainConfig's TransportMode)
+  uint32_t slot_bytes = net::ShmOptions{}.slot_bytes;
+  uint32_t slots = net::ShmOptions{}.slots;
+  std::size_t direct_min_bytes = net::ShmOptions{}.direct_min_bytes;
+  int busy_poll_us = net::ShmOptions{}.busy_poll_us;
 };
 
 constexpr const char* kTlsBackend = "dpgossip+tls";
+constexpr const char* kHierBackend = "dpgossip+hier";
+
+// What one run of the local peers measures: the flat all-reduce over plain links, over TLS, or
+// the hierarchical all-reduce.
+enum class Variant { plain, tls, hierarchical };
+
+TransportMode mode_of(const AllreduceBenchOptions& o) {
+  try {
+    return parse_enum<TransportMode>(o.transport);
+  } catch (const Error& e) {
+    fail(Code::invalid_argument, std::string("--transport: ") + e.what());
+  }
+}
+
+// One core's memory copy bandwidth (bytes copied per second, GB/s), the best of a few copies of
+// 64 MiB, well beyond the caches: what one peer can move per second at most when every byte is
+// copied once, the ceiling a shared-memory all-reduce is measured against.
+double memcpy_GBps() {
+  constexpr std::size_t kBytes = 64 << 20;
+  std::vector<std::byte> a(kBytes, std::byte{1}), b(kBytes, std::byte{2});
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    std::memcpy(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(), kBytes);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, kBytes / s / 1e9);
+  }
+  return best;
+}
 
 // Rank-valued inputs whose sum is exact in float: x[i] = rank + 1 + i % 3.
 void fill(std::vector<float>& v, int rank) {
@@ -102,15 +144,40 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   topt.connect_timeout = topt.timeout;
   topt.config_hash = fnv1a64(o.sizes + "/" + std::to_string(o.segment_bytes) + "/" +
                              std::to_string(o.small_bytes) + "/" + std::to_string(o.scratch_slots) +
-                             "/" + std::to_string(o.medium_bytes));
+                             "/" + std::to_string(o.medium_bytes) + "/" + o.transport);
   topt.socket_buffer_bytes = o.socket_buffer_bytes;
   topt.spin_us = o.spin_us;
   topt.progress_thread = o.progress_thread;
   topt.tls = o.tls;
+  net::ShmOptions sopt;
+  sopt.timeout = topt.timeout;
+  sopt.connect_timeout = topt.connect_timeout;
+  sopt.config_hash = topt.config_hash;
+  sopt.spin_us = o.spin_us;
+  sopt.progress_thread = o.progress_thread;
+  sopt.slot_bytes = o.slot_bytes;
+  sopt.slots = o.slots;
+  sopt.direct_min_bytes = o.direct_min_bytes;
+  sopt.busy_poll_us = o.busy_poll_us;
   const collective::Options copt{o.segment_bytes, o.small_bytes, o.scratch_slots,
                                  o.medium_bytes};
-  net::TcpTransport transport(hosts, rank, collective::peers_needed(rank, n, copt), topt);
-  collective::Communicator comm(transport, copt);
+  std::vector<int> peers = collective::peers_needed(rank, n, copt);
+  if (o.hierarchical) {
+    for (int p : collective::hierarchical_peers(rank, host_ids(hosts), copt)) {
+      if (std::find(peers.begin(), peers.end(), p) == peers.end()) peers.push_back(p);
+    }
+  }
+  const auto transport = make_transport(hosts, rank, peers, mode_of(o), topt, sopt);
+  collective::Communicator comm(*transport, copt);
+  std::optional<collective::Hierarchy> hierarchy;
+  if (o.hierarchical) hierarchy.emplace(comm, host_ids(hosts));
+  auto allreduce = [&](std::span<float> v) {
+    if (hierarchy) {
+      hierarchy->allreduce(v);
+    } else {
+      comm.allreduce(v);
+    }
+  };
 
   std::vector<AllreduceRow> rows;
   for (long long bytes : sizes) {
@@ -118,21 +185,22 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
     fill(v, rank);
     // Warm-up and timed counts both shrink above 4 MiB, as in the baseline programs.
     const int warmup = repeats_for_size(bytes, o.warmup);
-    for (int i = 0; i < warmup; ++i) comm.allreduce(v);
+    for (int i = 0; i < warmup; ++i) allreduce(v);
     const int repeats = repeats_for_size(bytes, o.repeats);
     std::vector<double> times;
     // As the baseline programs do: one barrier, then each operation timed alone, back to back.
     comm.barrier();
     for (int i = 0; i < repeats; ++i) {
       const auto t0 = Clock::now();
-      comm.allreduce(v);
+      allreduce(v);
       times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     }
     fill(v, rank);
-    comm.allreduce(v);
+    allreduce(v);
     double bad = check(v, n) ? 0.0 : 1.0;
     comm.allreduce(std::span<double>(&bad, 1));
-    AllreduceRow row = make_row(o.tls ? kTlsBackend : "dpgossip", n, bytes, times);
+    AllreduceRow row =
+        make_row(o.tls ? kTlsBackend : o.hierarchical ? kHierBackend : "dpgossip", n, bytes, times);
     row.ok = bad == 0.0;
     rows.push_back(row);
   }
@@ -146,9 +214,11 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   }
 }
 
-// Starts --peers N local peers of this program (over TLS when `tls`) and returns rank 0's rows.
-// The peers share a fresh cluster secret, so the plain and the TLS runs both authenticate.
-std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o, bool tls) {
+// Starts --peers N local peers of this program (over TLS, or hierarchical, as `variant` says)
+// and returns rank 0's rows. The peers share a fresh cluster secret, so the plain and the TLS
+// runs both authenticate. With --emulated-hosts K, peer r's host is 127.0.0.(1 + rK/N).
+std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o, Variant variant) {
+  const bool tls = variant == Variant::tls;
   char tmpl[] = "/tmp/dpgossip-bench.XXXXXX";
   if (!mkdtemp(tmpl)) fail(Code::unavailable, "cannot make a temporary directory in /tmp");
   const fs::path dir = tmpl;
@@ -160,6 +230,10 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o, bool tls) {
     }
   } cleanup{dir};
   net::HostsFile hosts = net::local_hosts(o.peers);
+  for (int r = 0; r < o.peers; ++r) {
+    const int h = static_cast<int>(static_cast<long long>(r) * o.emulated_hosts / o.peers);
+    hosts.peers[static_cast<std::size_t>(r)].host = "127.0.0." + std::to_string(1 + h);
+  }
   hosts.secret = net::random_secret();
   if (tls) make_throwaway_pki(dir.string(), hosts);
   const std::string hosts_path = (dir / "hosts.json").string();
@@ -176,10 +250,16 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o, bool tls) {
                                    "--medium-bytes", std::to_string(o.medium_bytes),
                                    "--socket-buffer-bytes", std::to_string(o.socket_buffer_bytes),
                                    "--spin-us", std::to_string(o.spin_us),
-                                   "--timeout-s", timeout.str(), "--rows-out", rows_path};
+                                   "--timeout-s", timeout.str(), "--rows-out", rows_path,
+                                   "--transport", o.transport,
+                                   "--slot-bytes", std::to_string(o.slot_bytes),
+                                   "--slots", std::to_string(o.slots),
+                                   "--direct-min-bytes", std::to_string(o.direct_min_bytes),
+                                   "--busy-poll-us", std::to_string(o.busy_poll_us)};
   if (o.pin) args.push_back("--pin");
   if (o.progress_thread) args.push_back("--progress-thread");
   if (tls) args.push_back("--tls");
+  if (variant == Variant::hierarchical) args.push_back("--hierarchical");
   const int rc = supervise(local_children(hosts, hosts_path, proc::self_path().string(), args));
   if (rc != 0) fail(Code::aborted, "the benchmark peers failed (exit " + std::to_string(rc) + ")");
   std::ifstream in(rows_path);
@@ -250,7 +330,18 @@ void print_table(const std::vector<AllreduceRow>& rows, const std::vector<Ratio>
   }
 }
 
-void run_allreduce_bench(const AllreduceBenchOptions& o) {
+void run_allreduce_bench(AllreduceBenchOptions o) {
+  // TLS is a TCP layer: its rows and their plain partners both run over TCP, and shared memory,
+  // which never leaves the host, has none to measure.
+  if (o.tls && mode_of(o) == TransportMode::shm) {
+    fail(Code::invalid_argument, "--tls: TLS runs over TCP; --transport shm has none (use auto or tcp)");
+  }
+  if (o.tls) o.transport = "tcp";
+  if (o.hierarchical && o.tls) fail(Code::invalid_argument, "--hierarchical: not with --tls");
+  if (o.hosts.empty() && (o.emulated_hosts < 1 || o.emulated_hosts > std::min(o.peers, 254))) {
+    fail(Code::invalid_argument, "--emulated-hosts: must be in [1, min(--peers, 254)], got " +
+                                     std::to_string(o.emulated_hosts));
+  }
   const auto sizes = parse_size_list(o.sizes, "--sizes");
   for (long long s : sizes) {
     if (s % 4 != 0) fail(Code::invalid_argument, "--sizes: " + std::to_string(s) +
@@ -268,6 +359,7 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
     fail(Code::invalid_argument,
          "--peers: must be in [1, 1024] (local processes), got " + std::to_string(o.peers));
   }
+  mode_of(o);
   if (!o.hosts.empty()) return run_peer(o, sizes);
   if (o.peers < 1) fail(Code::invalid_argument, "--peers: must be at least 1");
   std::vector<std::string> baselines;
@@ -285,22 +377,33 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
   // within a round, between runs a few seconds apart, then its median over rounds is reported.
   // With --tls, each round runs plain TCP and TLS back to back, in alternating order.
   std::vector<std::string> backends = {"dpgossip"};
-  if (o.tls) backends.push_back(kTlsBackend);
+  std::vector<Variant> variants = {Variant::plain};
+  if (o.tls) {
+    backends.push_back(kTlsBackend);
+    variants.push_back(Variant::tls);
+  }
+  if (o.hierarchical) {
+    backends.push_back(kHierBackend);
+    variants.push_back(Variant::hierarchical);
+  }
   for (const auto& b : baselines) backends.push_back(backend_of(b));
   std::vector<std::vector<AllreduceRow>> by_round;
   for (int round = 0; round < o.rounds; ++round) {
     std::vector<AllreduceRow> rows;
     auto ours = [&] {
-      std::vector<bool> order = {false};
-      if (o.tls) order = round % 2 == 0 ? std::vector<bool>{false, true} : std::vector<bool>{true, false};
-      for (bool tls : order) {
-        auto more = run_local(o, tls);
+      std::vector<Variant> order = variants;
+      if (round % 2 == 1) std::reverse(order.begin(), order.end());
+      for (Variant v : order) {
+        auto more = run_local(o, v);
         rows.insert(rows.end(), more.begin(), more.end());
       }
     };
     if (round % 2 == 0) ours();
     for (const auto& b : baselines) {
-      auto more = run_baseline(b, o.peers, sizes, o.warmup, o.repeats, o.pin);
+      // OpenMPI over the same medium: its shared-memory path (vader) when dpgossip's peers
+      // share memory (all local peers do under auto), else TCP.
+      auto more = run_baseline(b, o.peers, sizes, o.warmup, o.repeats, o.pin,
+                               mode_of(o) != TransportMode::tcp);
       rows.insert(rows.end(), more.begin(), more.end());
     }
     if (round % 2 == 1) ours();
@@ -313,6 +416,7 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
   std::vector<std::string> columns;
   for (const auto& b : over) columns.push_back("busbw/" + b);
   if (o.tls) columns.push_back("time tls/plain");
+  if (o.hierarchical) columns.push_back("time hier/flat");
   for (const auto& backend : backends) {
     for (long long bytes : sizes) {
       std::vector<double> times;
@@ -347,16 +451,22 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
       summarise(q);
       ratios.push_back(q);
     }
-    if (!o.tls) continue;
-    Ratio q{"time tls/plain", kTlsBackend, bytes, {}};
-    for (const auto& round : by_round) {
-      const double plain = find_row(round, "dpgossip", bytes)->time_us;
-      q.per_round.push_back(plain > 0 ? find_row(round, kTlsBackend, bytes)->time_us / plain : 0.0);
+    for (const auto& [on, label, backend] :
+         {std::tuple{o.tls, "time tls/plain", kTlsBackend},
+          std::tuple{o.hierarchical, "time hier/flat", kHierBackend}}) {
+      if (!on) continue;
+      Ratio q{label, backend, bytes, {}};
+      for (const auto& round : by_round) {
+        const double plain = find_row(round, "dpgossip", bytes)->time_us;
+        q.per_round.push_back(plain > 0 ? find_row(round, backend, bytes)->time_us / plain : 0.0);
+      }
+      summarise(q);
+      ratios.push_back(q);
     }
-    summarise(q);
-    ratios.push_back(q);
   }
+  const double copy = memcpy_GBps();
   if (o.json) {
+    std::cout << Json{{"limit", "memcpy_one_core"}, {"GBps", copy}}.dump() << "\n";
     for (const auto& r : rows) std::cout << bench::to_json_line(r) << "\n";
     for (const auto& q : ratios) {
       std::cout << Json{{"ratio", q.label}, {"bytes", q.bytes}, {"median", q.median},
@@ -364,6 +474,8 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
                 << "\n";
     }
   } else {
+    std::cout << "transport " << o.transport << "; the machine's limit: one core copies "
+              << std::fixed << std::setprecision(2) << copy << " GB/s (memcpy of 64 MiB)\n";
     print_table(rows, ratios, columns);
   }
   for (const auto& r : rows) {
@@ -376,7 +488,8 @@ void run_allreduce_bench(const AllreduceBenchOptions& o) {
 
 void add_bench_allreduce(CLI::App& bench) {
   auto o = std::make_shared<AllreduceBenchOptions>();
-  auto* c = bench.add_subcommand("allreduce", "all-reduce time and bandwidth over TCP");
+  auto* c = bench.add_subcommand("allreduce",
+                                 "all-reduce time and bandwidth over TCP or shared memory");
   c->add_option("--peers", o->peers, "peers on 127.0.0.1")->capture_default_str();
   c->add_option("--sizes", o->sizes, "buffer sizes in bytes (K = KiB, M = MiB)")
       ->capture_default_str();
@@ -409,6 +522,28 @@ void add_bench_allreduce(CLI::App& bench) {
   c->add_flag("--tls", o->tls,
               "with --peers: also run over TLS (a throwaway CA made for this command) and report "
               "its time over plain TCP's; with --hosts: use TLS with the hosts file's certificates");
+  c->add_flag("--hierarchical", o->hierarchical,
+              "with --peers: also run the hierarchical all-reduce (within each host, then across "
+              "hosts) and report its time over the flat one's; with --hosts: run it alone");
+  c->add_option("--emulated-hosts", o->emulated_hosts,
+                "with --peers: spread the peers over this many hosts, 127.0.0.1 up, contiguous "
+                "ranks per host (shared memory within one under --transport auto, TCP across)")
+      ->capture_default_str();
+  c->add_option("--transport", o->transport,
+                "auto (shared memory between peers of one host, else TCP), tcp or shm")
+      ->capture_default_str();
+  c->add_option("--slot-bytes", o->slot_bytes, "shared memory: ring slot size (64-byte header)")
+      ->capture_default_str();
+  c->add_option("--slots", o->slots, "shared memory: slots per ring (one ring each way per pair)")
+      ->capture_default_str();
+  c->add_option("--direct-min-bytes", o->direct_min_bytes,
+                "shared memory: messages this large are read from the sender's memory "
+                "(process_vm_readv); 0: all through the ring")
+      ->capture_default_str();
+  c->add_option("--busy-poll-us", o->busy_poll_us,
+                "shared memory: how long a wait polls without yielding while its peer runs "
+                "(0: always yield)")
+      ->capture_default_str();
   c->add_option("--hosts", o->hosts, "hosts file: run as one peer of it");
   c->add_option("--rank", o->rank, "this peer's rank (default: from the launcher's environment)");
   c->add_option("--rows-out", o->rows_out, "file for rank 0's rows (default: stdout)");

@@ -150,6 +150,12 @@ void Communicator::halving_doubling_allreduce(std::span<T> data, Reduce op) {
 // all-gather copies it out, so every peer holds the owner's bits.
 template <typename T>
 void Communicator::ring_allreduce(std::span<T> data, Reduce op) {
+  ring(data, op, 0, 2 * (world() - 1));
+}
+
+// Steps [g0, g1) of the ring: [0, N-1) is the reduce-scatter, [N-1, 2(N-1)) the all-gather.
+template <typename T>
+void Communicator::ring(std::span<T> data, Reduce op, int g0, int g1) {
   const int n = world();
   const int r = rank();
   const uint64_t round = next_round();
@@ -185,7 +191,9 @@ void Communicator::ring_allreduce(std::span<T> data, Reduce op) {
   T* scratch = reinterpret_cast<T*>(scratch_.data());
   sends_.assign(steps * nseg, net::Handle{});
   recvs_.assign(steps * nseg, net::Handle{});
+  // An all-gather alone has no reduce-scatter sends to wait for before it overwrites a block.
   sent_waited_.assign(steps * nseg, 0);
+  if (g0 > 0) std::fill(sent_waited_.begin(), sent_waited_.begin() + g0 * nseg, 1);
   auto bytes = std::as_writable_bytes(data);
   auto wait_send = [&](std::size_t i) {
     if (!sent_waited_[i]) {
@@ -215,10 +223,14 @@ void Communicator::ring_allreduce(std::span<T> data, Reduce op) {
                                                                       e * sizeof(T)));
   };
 
-  for (std::size_t i = 0; i < slots; ++i) post_recv(static_cast<int>(i / nseg), i % nseg);
-  for (std::size_t k = 0; k < nseg; ++k) post_send(0, k);
+  if (g0 == 0) {
+    for (std::size_t i = 0; i < slots; ++i) post_recv(static_cast<int>(i / nseg), i % nseg);
+  } else {
+    for (std::size_t k = 0; k < nseg; ++k) post_recv(g0, k);
+  }
+  for (std::size_t k = 0; k < nseg; ++k) post_send(g0, k);
   const T inv_n = T(1) / static_cast<T>(n);
-  for (int g = 0; g < steps; ++g) {
+  for (int g = g0; g < g1; ++g) {
     for (std::size_t k = 0; k < nseg; ++k) {
       transport_.wait(recvs_[g * nseg + k]);
       if (g < n - 1) {
@@ -233,17 +245,47 @@ void Communicator::ring_allreduce(std::span<T> data, Reduce op) {
           for (std::size_t j = 0; j < e - b; ++j) dst[j] *= inv_n;
         }
         // The slot is free again: post the reduce-scatter receive that reuses it.
-        if (i + slots < rs_count) {
+        if (i + slots < rs_count && static_cast<int>((i + slots) / nseg) < g1) {
           post_recv(static_cast<int>((i + slots) / nseg), (i + slots) % nseg);
         }
       }
-      if (g + 1 < steps) {
+      if (g + 1 < g1) {
         if (g + 1 >= n - 1) post_recv(g + 1, k);
         post_send(g + 1, k);
       }
     }
   }
-  for (std::size_t i = 0; i < sends_.size(); ++i) wait_send(i);
+  for (std::size_t i = static_cast<std::size_t>(g0) * nseg; i < static_cast<std::size_t>(g1) * nseg; ++i) {
+    wait_send(i);
+  }
+}
+
+std::pair<std::size_t, std::size_t> Communicator::owned_block(std::size_t count) const {
+  const auto n = static_cast<std::size_t>(world());
+  const std::size_t b = (static_cast<std::size_t>(rank()) + 1) % n;  // the reduce-scatter's last
+  return {count * b / n, count * (b + 1) / n};
+}
+
+int Communicator::take_split() {
+  if (splits_ >= kMaxSplits) {
+    fail(Code::invalid_argument, "rank " + std::to_string(rank()) + ": more than " +
+                                     std::to_string(kMaxSplits) +
+                                     " groups split from one communicator");
+  }
+  return splits_++;
+}
+
+void Communicator::reduce_scatter(std::span<float> data, Reduce op) {
+  ring(data, op, 0, world() - 1);
+}
+void Communicator::reduce_scatter(std::span<double> data, Reduce op) {
+  ring(data, op, 0, world() - 1);
+}
+void Communicator::allgather_blocks(std::span<float> data) {
+  ring(data, Reduce::sum, world() - 1, 2 * (world() - 1));
+}
+void Communicator::allgather_blocks(std::span<double> data) {
+  ring(data, Reduce::sum, world() - 1, 2 * (world() - 1));
 }
 
 void Communicator::broadcast(std::span<std::byte> data, int root) {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "runtime/net/ops.h"
@@ -48,6 +49,9 @@ using net::kOpAllreduce;
 using net::kOpBroadcast;
 using net::kOpsPerSpace;
 
+// Groups one communicator may split off (collective/group.h), each with a tag space of its own.
+inline constexpr int kMaxSplits = 64;
+
 class Communicator {
  public:
   explicit Communicator(net::Transport& transport, Options options = {});
@@ -67,6 +71,20 @@ class Communicator {
   // Returns once every peer has entered it.
   void barrier();
 
+  // The two halves of the ring all-reduce, for collectives built from them (hierarchical.h).
+  // reduce_scatter leaves this peer's owned_block(data.size()) reduced (summed, or averaged over
+  // this communicator's peers) and the rest of `data` unspecified; allgather_blocks copies every
+  // peer's owned block into every peer's `data`. Blocks split `count` into world() near-equal
+  // ranges; the owned one is [begin, end).
+  void reduce_scatter(std::span<float> data, Reduce op = Reduce::sum);
+  void reduce_scatter(std::span<double> data, Reduce op = Reduce::sum);
+  void allgather_blocks(std::span<float> data);
+  void allgather_blocks(std::span<double> data);
+  std::pair<std::size_t, std::size_t> owned_block(std::size_t count) const;
+
+  // The number of splits of this communicator so far, then one more (collective/group.h).
+  int take_split();
+
  private:
   // Recursive doubling for small buffers on a power-of-two world, halving-doubling for medium
   // ones there, else the ring.
@@ -74,6 +92,8 @@ class Communicator {
   void allreduce_any(std::span<T> data, Reduce op);
   template <typename T>
   void ring_allreduce(std::span<T> data, Reduce op);
+  template <typename T>
+  void ring(std::span<T> data, Reduce op, int first_step, int end_step);
   template <typename T>
   void doubling_allreduce(std::span<T> data, Reduce op);
   template <typename T>
@@ -85,6 +105,7 @@ class Communicator {
   net::Transport& transport_;
   Options options_;
   uint64_t round_ = 0;
+  int splits_ = 0;
   std::vector<std::byte> scratch_;        // two ring blocks, for the reduce-scatter receives
   std::vector<net::Handle> sends_, recvs_;  // (steps, segments)
   std::vector<char> sent_waited_;

@@ -31,6 +31,9 @@ std::string to_string(Init i) { return std::string(EnumNames<Init>::names[static
 std::string to_string(PrivacyAccountant a) {
   return std::string(EnumNames<PrivacyAccountant>::names[static_cast<int>(a)]);
 }
+std::string to_string(TransportMode m) {
+  return std::string(EnumNames<TransportMode>::names[static_cast<int>(m)]);
+}
 
 namespace {
 
@@ -374,8 +377,15 @@ std::vector<ConfigField> make_table() {
             "allreduce: 0 = one all-reduce of the gradient after the backward pass; else "
             "all-reduce buckets of this many bytes as the backward pass produces them",
             between(0, 1099511627776.0)),
+      field(&C::hierarchical, "hierarchical", "--hierarchical",
+            "allreduce: reduce-scatter among the peers of each host (the hosts file's host), "
+            "all-reduce each shard across hosts, all-gather within the host"),
       field(&C::timeout_s, "timeout_s", "--timeout-s", "timeout of every network wait, in seconds",
             positive_up_to(1e6))
+          .control(),
+      field(&C::transport, "transport", "--transport",
+            "auto (shared memory with the peers the hosts file puts on this host, TCP with the "
+            "rest), tcp, or shm (every peer on this host)")
           .control(),
       field(&C::run_name, "run_name", "--run-name", "the run id of the metrics lines (\"\": generated)")
           .per_peer(),
@@ -465,6 +475,9 @@ void validate(const TrainConfig& c) {
     bad("/checkpoint_every: needs a checkpoint_dir to write to");
   }
   if (c.checkpoint_dir.empty() && c.resume) bad("/resume: needs a checkpoint_dir to resume from");
+  if (c.algo == Algo::allreduce && c.hierarchical && c.bucket_bytes > 0) {
+    bad("/hierarchical: not with bucket_bytes (the buckets' all-reduce is flat)");
+  }
 }
 
 std::string describe(const TrainConfig& c) {

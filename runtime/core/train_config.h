@@ -32,6 +32,9 @@ enum class LrSchedule { constant, cosine };
 enum class Init { same, independent };
 // pld: privacy loss distributions (tight); rdp: Renyi DP as Opacus (looser). docs/PRIVACY.md.
 enum class PrivacyAccountant { pld, rdp };
+// How peers talk: auto, shared memory with the peers the hosts file puts on this peer's host and
+// TCP with the rest; tcp or shm, one for every peer (shm refuses a peer on another host).
+enum class TransportMode { automatic, tcp, shm };
 
 // The strings of each enum, in declaration order: what JSON, the flags and to_string use.
 template <class E> struct EnumNames;
@@ -60,6 +63,9 @@ template <> struct EnumNames<Init> {
 template <> struct EnumNames<PrivacyAccountant> {
   static constexpr std::string_view names[] = {"pld", "rdp"};
 };
+template <> struct EnumNames<TransportMode> {
+  static constexpr std::string_view names[] = {"auto", "tcp", "shm"};
+};
 
 std::string to_string(Algo a);
 std::string to_string(Activation a);
@@ -69,6 +75,7 @@ std::string to_string(TopologyWeights w);
 std::string to_string(LrSchedule s);
 std::string to_string(Init i);
 std::string to_string(PrivacyAccountant a);
+std::string to_string(TransportMode m);
 
 // "relu or tanh", "single, allreduce, ... or ad-psgd".
 template <class E> std::string enum_choices() {
@@ -158,11 +165,13 @@ struct TrainConfig {
   int metrics_eval_rows = 1000;
   std::string run_name;                         // the "run" of every metrics line ("": generated)
   double timeout_s = 60;                     // every network wait, and the connection set-up
+  TransportMode transport = TransportMode::automatic;  // shared memory on one host, else TCP
   std::string metrics = "runs/metrics.jsonl";  // JSON-lines file, appended ("" = none)
   int servers = 1;             // ps-sync / ps-async: ranks 0..servers-1 each hold a shard
   int max_staleness = 4;       // ps-async: how far ahead of the slowest worker one may run
   int local_steps = 4;         // local-sgd: local DP steps between model averages
   long long bucket_bytes = 0;  // allreduce: 0 = one all-reduce after backward; else buckets
+  bool hierarchical = false;   // allreduce: within each host, then across hosts (hierarchical.h)
   std::string trace;           // Chrome trace file to write ("" = none)
   // Checkpoints (docs/RELIABILITY.md). Each peer writes its own, under checkpoint_dir/rank-R.
   std::string checkpoint_dir;        // "" = none

@@ -70,9 +70,33 @@ void OpTable::release(uint32_t index) {
   free_.push_back(index);
 }
 
-void OpTable::wait(Handle h, const Driver* drive) {
+void OpTable::append(uint32_t& head, uint32_t& tail, uint32_t index) {
+  slot(index).next = kNone;
+  if (tail == kNone) {
+    head = index;
+  } else {
+    slot(tail).next = index;
+  }
+  tail = index;
+}
+
+uint32_t OpTable::take_front(uint32_t& head, uint32_t& tail) {
+  const uint32_t index = head;
+  head = slot(index).next;
+  if (head == kNone) tail = kNone;
+  return index;
+}
+
+const OpSlot* OpTable::find(Handle h) {
   if (h.slot >= allocated_ || slot(h.slot).generation != h.generation ||
       slot(h.slot).state.load(std::memory_order_acquire) == OpSlot::idle) {
+    return nullptr;
+  }
+  return &slot(h.slot);
+}
+
+void OpTable::wait(Handle h, const Driver* drive) {
+  if (!find(h)) {
     fail(Code::internal, "rank " + std::to_string(rank_) + ": wait on a stale or unknown handle");
   }
   OpSlot& s = slot(h.slot);
@@ -133,7 +157,8 @@ std::string OpTable::expired(const OpSlot& s) const {
   const PeerState p = liveness_(s.peer);
   if (p.silent_for >= silence_) {
     return message + ": " + peer + " is silent (nothing from it, not even a heartbeat, for " +
-           seconds_text(p.silent_for) + "): it stopped, hung, or was busy past the timeout";
+           seconds_text(p.silent_for) + "): " +
+           (p.note.empty() ? "it stopped, hung, or was busy past the timeout" : p.note);
   }
   if (!p.waiting) {
     return message + ": " + peer + " is alive but not waiting on the network: its training " +

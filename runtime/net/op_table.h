@@ -48,6 +48,12 @@ class OpTable {
   OpSlot& slot(uint32_t index) {
     return (*chunks_[index / kChunk].load(std::memory_order_acquire))[index % kChunk];
   }
+  // A queue of slots threaded through OpSlot::next (head and tail are kNone when it is empty),
+  // the way each transport keeps a peer's posted sends and receives in order.
+  void append(uint32_t& head, uint32_t& tail, uint32_t index);
+  uint32_t take_front(uint32_t& head, uint32_t& tail);
+  // The posted operation a handle names, or null when the handle is stale or unknown.
+  const OpSlot* find(Handle handle);
   // Marks a slot done and wakes its waiter (any thread).
   void complete(uint32_t index);
   // Runs the transport's I/O on the waiting thread: with block false it handles what is ready
@@ -65,6 +71,7 @@ class OpTable {
   struct PeerState {
     std::chrono::steady_clock::duration silent_for{};
     bool waiting = false;
+    std::string note;  // what else is known of a silent peer ("process 12 is stopped ..."), or ""
   };
   // With liveness set, a wait past its timeout fails at once when its peer is silent for
   // `silence` (stopped) or is alive but not waiting on the network (hung or busy), naming it. It

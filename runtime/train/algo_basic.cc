@@ -1,8 +1,12 @@
 // One peer, and synchronous data-parallel DP-SGD over the all-reduce: every peer noises its own
 // clipped sum, the ring sums the noised gradients, and every replica takes the same step. With
 // bucket_bytes > 0 the gradient goes out in buckets while the backward pass goes on
-// (bucket_reducer.h).
+// (bucket_reducer.h). With hierarchical, the sum is taken within each host first
+// (collective/hierarchical.h).
 #include <optional>
+#include <vector>
+
+#include "runtime/collective/hierarchical.h"
 
 #include "runtime/train/algorithms.h"
 #include "runtime/train/bucket_reducer.h"
@@ -21,6 +25,13 @@ class Single final : public Algorithm {
 class AllReduce final : public Algorithm {
  public:
   explicit AllReduce(const AlgoSetup& s) : comm_(*s.comm), mechanism_(s.mechanism) {
+    if (s.config.hierarchical) {
+      std::vector<int> host_of = s.host_of;
+      if (host_of.empty()) {  // unknown: a host per rank
+        for (int r = 0; r < comm_.world(); ++r) host_of.push_back(r);
+      }
+      hierarchy_.emplace(comm_, host_of);
+    }
     if (s.config.bucket_bytes > 0) {
       buckets_.emplace(*s.comm, s.mechanism, static_cast<std::size_t>(s.config.bucket_bytes),
                        s.tracer);
@@ -41,6 +52,8 @@ class AllReduce final : public Algorithm {
     const dp::PrivateGradient sum = mechanism_.exchange(mine, [&](std::span<float> v) {
       if (buckets_) {
         buckets_->wait();
+      } else if (hierarchy_) {
+        hierarchy_->allreduce(v);
       } else {
         comm_.allreduce(v);
       }
@@ -65,6 +78,7 @@ class AllReduce final : public Algorithm {
  private:
   collective::Communicator& comm_;
   dp::GaussianMechanism& mechanism_;
+  std::optional<collective::Hierarchy> hierarchy_;  // hierarchical
   std::optional<BucketReducer> buckets_;  // bucket_bytes > 0
   long long buckets_before_ = 0;          // reduced before the checkpoint this run resumed
 };

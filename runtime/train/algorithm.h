@@ -52,6 +52,9 @@ struct AlgoSetup {
   // ("server", "responder", "comm"), so that a trace tells the training thread's own waits
   // from a service thread's.
   trace::Tracer* tracer = nullptr;
+  // host_of[r]: rank r's host (equal ids: one host), for the hierarchical all-reduce; empty when
+  // unknown (every rank on a host of its own).
+  const std::vector<int>& host_of;
 };
 
 class Algorithm {

@@ -238,7 +238,8 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
                                 .num_params = s.model.num_params(),
                                 .phases = phases_,
                                 .steps_per_epoch = 1.0 / plan_.q,
-                                .tracer = tracer_});
+                                .tracer = tracer_,
+                                .host_of = host_of_});
   log_start();
   TrainSummary summary;
   summary.peers = world();

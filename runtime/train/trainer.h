@@ -36,6 +36,9 @@ class Trainer {
   Trainer(TrainConfig config, data::Prepared data, collective::Communicator* comm = nullptr,
           std::vector<GossipPhase> phases = {}, trace::Tracer* tracer = nullptr);
   ~Trainer();
+  // host_of[r]: rank r's host, for the hierarchical all-reduce (by default every rank is on a
+  // host of its own). Set before run(), the same on every peer.
+  void set_host_ids(std::vector<int> host_of) { host_of_ = std::move(host_of); }
   // Runs every step; calls on_epoch after each epoch's evaluation, and on_consensus every
   // metrics_every steps when the algorithm's replicas differ. With a checkpoint_dir it writes
   // checkpoints every checkpoint_every steps, and with resume it first continues from the
@@ -95,6 +98,7 @@ class Trainer {
   data::Prepared data_;
   collective::Communicator* comm_;
   std::vector<GossipPhase> phases_;
+  std::vector<int> host_of_;  // rank r's host (set_host_ids); empty: one host per rank
   trace::Tracer* tracer_;
   double total_rows_ = 0;
   dp::PrivacyPlan plan_;

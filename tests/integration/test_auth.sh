@@ -15,8 +15,10 @@ source "$here/peers.sh"  # $work (removed on exit, with the peers in pids[]), $w
 unset DPGOSSIP_SECRET
 
 port_of() { py 'import json, sys; print(json.load(open(sys.argv[1]))["peers"][int(sys.argv[2])]["port"])' "$1" "$2"; }
-train=(train --algo allreduce --data "$work/data" --epochs 0.3 --threads 1 --timeout-s 20
-       --metrics "" --json)
+# Over TCP (peers of one host would otherwise share memory, which checks the user id instead).
+any_link=(train --algo allreduce --data "$work/data" --epochs 0.3 --threads 1 --timeout-s 20
+          --metrics "" --json)
+train=("${any_link[@]}" --transport tcp)
 
 # Waits for every pid in $@ (bounded by the peers' own timeouts); fails on a non-zero exit.
 expect_success() {
@@ -108,5 +110,8 @@ h = json.load(open(sys.argv[1])); h["peers"][0]["cert_file"] = "pki/absent.pem";
   "$work/tls.json" "$work/absent.json"
 expect_error "absent.json: peers[0].cert_file: $work/pki/absent.pem: cannot read" \
   "$bin" "${train[@]}" --tls --hosts "$work/absent.json" --rank 0
+# TLS is a property of TCP links: shared memory with it is refused, naming the flag.
+expect_error "--tls: TLS runs over TCP; --transport shm has none" \
+  "$bin" "${any_link[@]}" --transport shm --tls --hosts "$work/tls.json" --rank 0
 pids=()
 finish "auth"

@@ -24,6 +24,9 @@ import json, os, sys
 rows, ratios = {}, {}
 for line in open(sys.argv[1]):
     o = json.loads(line)
+    if "limit" in o:
+        if not o["GBps"] > 0: sys.exit(f"limit {o}")
+        continue
     if "backend" in o:
         rows[(o["backend"], o["bytes"])] = o
     else:
@@ -60,6 +63,15 @@ if bad:
 times = {k: r["time_us"] for k, r in rows.items()}
 print("bench rows:", ", ".join(f"{b}@{s}: {t:.0f} us" for (b, s), t in sorted(times.items())))
 ' "$work/rows.jsonl" || fail "bench allreduce output"
+
+# The same over TCP (the run above used shared memory, the default between local peers).
+"$bin" bench allreduce --peers 2 --sizes 4K,96K --rounds 1 --warmup 5 --repeats 20 --json \
+  --transport tcp >"$work/tcp.jsonl" 2>"$work/err.log" ||
+  { cat "$work/err.log" >&2; fail "bench allreduce --transport tcp failed"; }
+[[ $(grep -c '"backend":"dpgossip".*"ok":true' "$work/tcp.jsonl") == 2 ]] ||
+  fail "bench allreduce --transport tcp: $(cat "$work/tcp.jsonl")"
+expect_error "--transport: expected auto, tcp or shm" \
+  "$bin" bench allreduce --peers 2 --transport udp
 
 # --tls: plain and TLS rows for every size, both correct, and TLS's time over plain TCP's.
 "$bin" bench allreduce --peers 2 --tls --sizes 4K,1M --rounds 2 --warmup 5 --repeats 10 --json \
@@ -102,6 +114,8 @@ grep -qx '{"backend":"torch","mode":"sgd","threads":1,"batch":16,"samples_per_se
   fail "bench step: want 2 dpgossip rows: $(cat "$work/step.jsonl")"
 FAKE_TORCH_BAD=1 expect_error "fake_torch.py output line 1/samples: unknown key" "$bin" "${step[@]}"
 expect_error "--torch-script: $work/none.py not found" "$bin" "${step[@]/"$work/fake_torch.py"/"$work/none.py"}"
+expect_error "--tls: TLS runs over TCP; --transport shm has none" \
+  "$bin" bench allreduce --peers 2 --tls --transport shm
 
 if "$bin" bench allreduce --peers 2 --rounds 0 >"$work/out" 2>"$work/err"; then
   fail "--rounds 0 was accepted"

@@ -40,17 +40,6 @@ std::size_t write_now(Conn& c, const OpSlot& s, error_code& ec) {
   }
 }
 
-// Appends a slot to a singly linked queue threaded through OpSlot::next.
-void push(OpTable& ops, uint32_t& head, uint32_t& tail, uint32_t index) {
-  ops.slot(index).next = kNone;
-  if (tail == kNone) {
-    head = index;
-  } else {
-    ops.slot(tail).next = index;
-  }
-  tail = index;
-}
-
 }  // namespace
 
 TcpTransport::Impl::Impl(int r, int w, TcpOptions o)
@@ -123,16 +112,13 @@ Conn& TcpTransport::Impl::conn_for(int peer, const char* what) {
 
 void TcpTransport::Impl::enqueue_send(uint32_t index) {
   Conn& c = *conns[ops.slot(index).peer];
-  push(ops, c.send_head, c.send_tail, index);
+  ops.append(c.send_head, c.send_tail, index);
   if (!c.writing) start_write(c);
 }
 
 // The send at the head of the queue is all written: it completes and leaves the queue.
 void TcpTransport::Impl::send_done(Conn& c) {
-  const uint32_t done = c.send_head;
-  c.send_head = ops.slot(done).next;
-  if (c.send_head == kNone) c.send_tail = kNone;
-  ops.complete(done);
+  ops.complete(ops.take_front(c.send_head, c.send_tail));
 }
 
 void TcpTransport::Impl::start_write(Conn& c) {
@@ -189,7 +175,7 @@ void TcpTransport::Impl::start_write(Conn& c) {
 
 void TcpTransport::Impl::enqueue_recv(uint32_t index) {
   Conn& c = *conns[ops.slot(index).peer];
-  push(ops, c.recv_head, c.recv_tail, index);
+  ops.append(c.recv_head, c.recv_tail, index);
   if (c.reading == Conn::Reading::parked && match(c)) pump(c);
   // After a goodbye (which pump may have just read) no receive can be met any more.
   if (c.bye_received && c.recv_head != kNone) closed_early(c);

@@ -57,11 +57,13 @@ dpg::TrainConfig unusual() {
   c.metrics_eval_rows = 10;
   c.run_name = "r1";
   c.timeout_s = 2.5;
+  c.transport = dpg::TransportMode::shm;
   c.metrics = "";
   c.servers = 2;
   c.max_staleness = 0;
   c.local_steps = 8;
   c.bucket_bytes = 1 << 20;
+  c.hierarchical = true;  // beside buckets: allowed, since the algorithm is not allreduce
   c.trace = "t.json";
   c.accountant = dpg::PrivacyAccountant::rdp;
   c.checkpoint_dir = "ck";
@@ -158,7 +160,7 @@ TEST_CASE("train config: the hash ignores exactly the per-peer fields") {
                                           "checkpoint_dir", "insecure_fixed_seed"};
   // Shared, but free to change when a run is resumed: not in the checkpoint's hash.
   const std::set<std::string> control = {"timeout_s", "checkpoint_every", "checkpoint_keep",
-                                         "resume", "stop_check_every"};
+                                         "resume", "stop_check_every", "transport"};
   dpg::TrainConfig base;
   base.checkpoint_dir = "ck";  // per peer; lets checkpoint_every and resume be set alone
   const dpg::TrainConfig other = unusual();
@@ -186,6 +188,8 @@ TEST_CASE("train config: checkpoint_every and resume need a checkpoint_dir") {
   CHECK(has(error_of({{"checkpoint_every", 5}}), "cfg.json:/checkpoint_every: needs a checkpoint_dir"));
   CHECK(has(error_of({{"resume", true}}), "cfg.json:/resume: needs a checkpoint_dir"));
   CHECK(has(error_of({{"checkpoint_keep", 0}}), "cfg.json:/checkpoint_keep: must be in [1, 1000]"));
+  CHECK(has(error_of({{"algo", "allreduce"}, {"hierarchical", true}, {"bucket_bytes", 4096}}),
+            "/hierarchical: not with bucket_bytes"));
   CHECK(error_of({{"resume", true}, {"checkpoint_dir", "d"}, {"checkpoint_every", 5}}).empty());
 }
 

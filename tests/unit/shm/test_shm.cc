@@ -1,0 +1,198 @@
+// The shared-memory transport with each peer a thread of this process: collectives through tiny
+// rings (every message wraps and fills them) and through direct reads, in both progress modes;
+// messages ahead of their receives; and the failures that must end in an error naming rank, peer
+// and tag: a deadline, a size mismatch, a peer that stops early, a refused handshake.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "runtime/collective/communicator.h"
+#include "runtime/core/error.h"
+#include "runtime/net/hosts.h"
+#include "runtime/net/shm/shm_transport.h"
+
+using namespace std::chrono_literals;
+using dpg::collective::Communicator;
+using dpg::net::HostsFile;
+using dpg::net::ShmOptions;
+using dpg::net::ShmTransport;
+using dpg::net::Tag;
+
+namespace {
+
+std::vector<int> peers_of(int r, int n) { return dpg::collective::peers_needed(r, n, {}); }
+
+// Runs body on n peer threads over shared memory; returns each rank's error ("" when it passed).
+std::vector<std::string> run_shm(int n, ShmOptions o, const std::function<void(ShmTransport&)>& body,
+                                 const std::function<ShmOptions(int, ShmOptions)>& per_rank = {}) {
+  HostsFile hosts = dpg::net::local_hosts(n);  // the ports only name the sockets
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ShmTransport t(hosts, r, peers_of(r, n), per_rank ? per_rank(r, o) : o);
+        body(t);
+      } catch (const dpg::Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+std::span<std::byte> bytes(std::vector<float>& v) { return std::as_writable_bytes(std::span(v)); }
+
+void check_sums(ShmTransport& t, std::size_t segment) {
+  const int n = t.world();
+  Communicator c(t, {segment, 64 * 1024, 3});
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1001},
+                            std::size_t{300000}}) {
+    if (segment < 1000 && count > 2000) continue;  // tiny segments: the small sizes suffice
+    std::vector<float> v(count);
+    for (std::size_t i = 0; i < count; ++i) v[i] = float(t.rank()) + float(i % 5);
+    c.allreduce(v);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (v[i] != float(n * (n - 1) / 2 + n * int(i % 5))) {
+        throw dpg::Error(dpg::Code::internal, "wrong sum at " + std::to_string(i));
+      }
+    }
+  }
+  std::vector<std::byte> all(64 * static_cast<std::size_t>(n));
+  std::vector<std::byte> mine(64, std::byte(t.rank()));
+  c.allgather(mine, all);
+  for (int r = 0; r < n; ++r) {
+    if (all[64 * r] != std::byte(r)) throw dpg::Error(dpg::Code::internal, "allgather");
+  }
+  c.barrier();
+}
+
+}  // namespace
+
+TEST_CASE("all-reduce over shared memory: wrapping tiny rings and direct reads, both modes") {
+  for (bool thread : {false, true}) {
+    for (std::size_t direct : {std::size_t{0}, std::size_t{512}}) {
+      for (int n : {2, 3, 4}) {
+        CAPTURE(thread);
+        CAPTURE(direct);
+        CAPTURE(n);
+        ShmOptions o;
+        o.timeout = 20s;
+        o.slot_bytes = 256;  // 192 payload bytes: most messages take several slots
+        o.slots = 4;
+        o.direct_min_bytes = direct;
+        o.progress_thread = thread;
+        auto errors = run_shm(n, o, [](ShmTransport& t) {
+          check_sums(t, 100);
+          check_sums(t, 256 * 1024);
+        });
+        for (auto& e : errors) CHECK_MESSAGE(e == "", e);
+      }
+    }
+  }
+}
+
+TEST_CASE("shared memory: receives posted out of order, zero-length and exact-slot messages") {
+  ShmOptions o;
+  o.timeout = 10s;
+  o.slot_bytes = 128;  // 64 payload bytes
+  o.slots = 2;
+  auto errors = run_shm(2, o, [](ShmTransport& t) {
+    std::vector<float> a(16, 1.0f), b(0), c(33, 3.0f);  // 64 bytes: one slot exactly
+    if (t.rank() == 1) {
+      auto h1 = t.send(0, Tag{9, 1, 0}, bytes(a));
+      auto h2 = t.send(0, Tag{9, 1, 1}, bytes(b));
+      auto h3 = t.send(0, Tag{9, 1, 2}, bytes(c));
+      t.wait(h1);
+      t.wait(h2);
+      t.wait(h3);
+      return;
+    }
+    std::vector<float> ra(16), rb(0), rc(33);
+    auto h3 = t.recv(1, Tag{9, 1, 2}, bytes(rc));  // the last one first
+    auto h1 = t.recv(1, Tag{9, 1, 0}, bytes(ra));
+    auto h2 = t.recv(1, Tag{9, 1, 1}, bytes(rb));
+    t.wait(h3);
+    t.wait(h2);
+    t.wait(h1);
+    if (ra != a || rc != c) throw dpg::Error(dpg::Code::internal, "wrong bytes");
+  });
+  for (auto& e : errors) CHECK_MESSAGE(e == "", e);
+}
+
+TEST_CASE("shared memory: a receive nobody sends times out naming rank, peer, tag and time") {
+  ShmOptions o;
+  o.timeout = 400ms;
+  auto errors = run_shm(2, o, [](ShmTransport& t) {
+    if (t.rank() == 1) {
+      std::this_thread::sleep_for(1500ms);  // alive but away from the transport
+      return;
+    }
+    std::vector<float> v(4);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      t.wait(t.recv(1, Tag{9, 3, 1}, bytes(v)));
+    } catch (const dpg::Error& e) {
+      CHECK(e.code() == dpg::Code::deadline_exceeded);
+      CHECK(std::chrono::steady_clock::now() - start < 1300ms);
+      throw;
+    }
+  });
+  CHECK(errors[1] == "");
+  CHECK_MESSAGE(errors[0].find("rank 0: receive from peer 1 (op 9 round 3 chunk 1, 16 bytes) "
+                               "timed out after") != std::string::npos, errors[0]);
+  CHECK_MESSAGE(errors[0].find("peer 1 is silent") != std::string::npos, errors[0]);
+}
+
+TEST_CASE("shared memory: a size mismatch fails the receiver naming both sizes") {
+  ShmOptions o;
+  o.timeout = 2s;
+  auto errors = run_shm(2, o, [](ShmTransport& t) {
+    std::vector<float> v(t.rank() == 0 ? 5 : 4);
+    if (t.rank() == 1) {
+      t.wait(t.send(0, Tag{9, 0, 0}, bytes(v)));
+      std::this_thread::sleep_for(200ms);  // stays until the receiver has seen it
+    } else {
+      t.wait(t.recv(1, Tag{9, 0, 0}, bytes(v)));
+    }
+  });
+  CHECK_MESSAGE(errors[0].find("peer 1 sent 16 bytes for op 9 round 0 chunk 0 but the receive "
+                               "expects 20") != std::string::npos, errors[0]);
+}
+
+TEST_CASE("shared memory: a peer that finishes while a receive from it is posted stopped early") {
+  ShmOptions o;
+  o.timeout = 5s;
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = run_shm(2, o, [](ShmTransport& t) {
+    if (t.rank() == 1) return;  // goodbye at once
+    std::vector<float> v(4);
+    t.wait(t.recv(1, Tag{9, 0, 0}, bytes(v)));
+  });
+  CHECK(errors[1] == "");
+  CHECK_MESSAGE(errors[0].find("peer 1 has finished and said goodbye, but a receive from it is "
+                               "still posted") != std::string::npos, errors[0]);
+  CHECK(std::chrono::steady_clock::now() - start < 3s);
+}
+
+TEST_CASE("shared memory: peers with different settings refuse each other") {
+  ShmOptions o;
+  o.timeout = 2s;
+  o.connect_timeout = 2s;
+  auto errors = run_shm(2, o, [](ShmTransport&) {}, [](int r, ShmOptions x) {
+    x.config_hash = static_cast<uint64_t>(r);
+    return x;
+  });
+  for (auto& e : errors) {
+    CHECK_MESSAGE(e.find("different training configuration") != std::string::npos, e);
+  }
+  auto sizes = run_shm(2, o, [](ShmTransport&) {}, [](int r, ShmOptions x) {
+    x.slots = r == 0 ? 8 : 16;
+    return x;
+  });
+  for (auto& e : sizes) CHECK_MESSAGE(e.find("uses rings of") != std::string::npos, e);
+}
