@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "apps/bench/bench_baseline.h"
+#include "apps/bench/limits.h"
 #include "apps/bench/row.h"
 #include "apps/bench/row_json.h"
 #include "apps/commands.h"
@@ -96,22 +97,6 @@ TransportMode mode_of(const AllreduceBenchOptions& o) {
   } catch (const Error& e) {
     fail(Code::invalid_argument, std::string("--transport: ") + e.what());
   }
-}
-
-// One core's memory copy bandwidth (bytes copied per second, GB/s), the best of a few copies of
-// 64 MiB, well beyond the caches: what one peer can move per second at most when every byte is
-// copied once, the ceiling a shared-memory all-reduce is measured against.
-double memcpy_GBps() {
-  constexpr std::size_t kBytes = 64 << 20;
-  std::vector<std::byte> a(kBytes, std::byte{1}), b(kBytes, std::byte{2});
-  double best = 0;
-  for (int i = 0; i < 5; ++i) {
-    const auto t0 = Clock::now();
-    std::memcpy(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(), kBytes);
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::max(best, kBytes / s / 1e9);
-  }
-  return best;
 }
 
 // Rank-valued inputs whose sum is exact in float: x[i] = rank + 1 + i % 3.
@@ -465,8 +450,12 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
     }
   }
   const double copy = memcpy_GBps();
+  // Over TCP, the loopback's own full-duplex rate too: the 2-peer ring's ceiling.
+  const bool over_tcp = mode_of(o) == TransportMode::tcp || o.emulated_hosts == o.peers;
+  const double loopback = over_tcp ? tcp_loopback_GBps() : 0.0;
   if (o.json) {
     std::cout << Json{{"limit", "memcpy_one_core"}, {"GBps", copy}}.dump() << "\n";
+    if (over_tcp) std::cout << Json{{"limit", "tcp_loopback_duplex"}, {"GBps", loopback}}.dump() << "\n";
     for (const auto& r : rows) std::cout << bench::to_json_line(r) << "\n";
     for (const auto& q : ratios) {
       std::cout << Json{{"ratio", q.label}, {"bytes", q.bytes}, {"median", q.median},
@@ -475,7 +464,12 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
     }
   } else {
     std::cout << "transport " << o.transport << "; the machine's limit: one core copies "
-              << std::fixed << std::setprecision(2) << copy << " GB/s (memcpy of 64 MiB)\n";
+              << std::fixed << std::setprecision(2) << copy << " GB/s (memcpy of 64 MiB)";
+    if (over_tcp) {
+      std::cout << "; TCP over loopback carries " << loopback
+                << " GB/s each way (one connection, full duplex, 4 MiB writes)";
+    }
+    std::cout << "\n";
     print_table(rows, ratios, columns);
   }
   for (const auto& r : rows) {
