@@ -373,6 +373,9 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
   }
   for (const auto& b : baselines) backends.push_back(backend_of(b));
   std::vector<std::vector<AllreduceRow>> by_round;
+  // Every peer's links over TCP: --transport tcp, or a host per peer.
+  const bool over_tcp = mode_of(o) == TransportMode::tcp || o.emulated_hosts == o.peers;
+  std::vector<double> loopback;  // GB/s each way, one per round
   for (int round = 0; round < o.rounds; ++round) {
     std::vector<AllreduceRow> rows;
     auto ours = [&] {
@@ -392,6 +395,8 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
       rows.insert(rows.end(), more.begin(), more.end());
     }
     if (round % 2 == 1) ours();
+    // Over TCP, the loopback's own rate in the same round, for the share of it reached.
+    if (over_tcp) loopback.push_back(tcp_loopback_GBps());
     by_round.push_back(std::move(rows));
   }
   std::vector<AllreduceRow> rows;
@@ -402,6 +407,7 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
   for (const auto& b : over) columns.push_back("busbw/" + b);
   if (o.tls) columns.push_back("time tls/plain");
   if (o.hierarchical) columns.push_back("time hier/flat");
+  if (over_tcp) columns.push_back("busbw/loopback");
   for (const auto& backend : backends) {
     for (long long bytes : sizes) {
       std::vector<double> times;
@@ -436,6 +442,15 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
       summarise(q);
       ratios.push_back(q);
     }
+    if (over_tcp) {
+      // The share of the loopback's full-duplex rate each peer's sends reached, round by round.
+      Ratio q{"busbw/loopback", "dpgossip", bytes, {}};
+      for (std::size_t i = 0; i < by_round.size(); ++i) {
+        q.per_round.push_back(find_row(by_round[i], "dpgossip", bytes)->busbw_GBps / loopback[i]);
+      }
+      summarise(q);
+      ratios.push_back(q);
+    }
     for (const auto& [on, label, backend] :
          {std::tuple{o.tls, "time tls/plain", kTlsBackend},
           std::tuple{o.hierarchical, "time hier/flat", kHierBackend}}) {
@@ -451,11 +466,12 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
   }
   const double copy = memcpy_GBps();
   // Over TCP, the loopback's own full-duplex rate too: the 2-peer ring's ceiling.
-  const bool over_tcp = mode_of(o) == TransportMode::tcp || o.emulated_hosts == o.peers;
-  const double loopback = over_tcp ? tcp_loopback_GBps() : 0.0;
   if (o.json) {
     std::cout << Json{{"limit", "memcpy_one_core"}, {"GBps", copy}}.dump() << "\n";
-    if (over_tcp) std::cout << Json{{"limit", "tcp_loopback_duplex"}, {"GBps", loopback}}.dump() << "\n";
+    if (over_tcp) {
+      std::cout << Json{{"limit", "tcp_loopback_duplex"}, {"GBps", median(loopback)}}.dump()
+                << "\n";
+    }
     for (const auto& r : rows) std::cout << bench::to_json_line(r) << "\n";
     for (const auto& q : ratios) {
       std::cout << Json{{"ratio", q.label}, {"bytes", q.bytes}, {"median", q.median},
@@ -466,7 +482,7 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
     std::cout << "transport " << o.transport << "; the machine's limit: one core copies "
               << std::fixed << std::setprecision(2) << copy << " GB/s (memcpy of 64 MiB)";
     if (over_tcp) {
-      std::cout << "; TCP over loopback carries " << loopback
+      std::cout << "; TCP over loopback carries " << median(loopback)
                 << " GB/s each way (one connection, full duplex, 4 MiB writes)";
     }
     std::cout << "\n";

@@ -6,37 +6,44 @@
 
 namespace dpg::collective {
 
-NeighbourExchange::NeighbourExchange(net::Transport& transport, std::size_t chunk_bytes)
-    : transport_(transport), chunk_floats_(std::max<std::size_t>(1, chunk_bytes / sizeof(float))) {}
+NeighbourExchange::NeighbourExchange(net::Transport& transport, std::size_t chunk_bytes,
+                                     std::size_t window_chunks)
+    : transport_(transport),
+      chunk_floats_(std::max<std::size_t>(1, chunk_bytes / sizeof(float))),
+      window_(std::max<std::size_t>(1, window_chunks)) {}
+
+std::pair<std::size_t, std::size_t> NeighbourExchange::range(std::size_t c) const {
+  const std::size_t b = std::min(count_, c * chunk_floats_);
+  return {b, std::min(count_, b + chunk_floats_)};
+}
+
+// Chunk c from every neighbour, into window slot c mod window.
+void NeighbourExchange::post_recv(std::size_t c) {
+  const auto [b, e] = range(c);
+  const net::Tag tag{kOpGossip, round_, static_cast<uint32_t>(c)};
+  const std::size_t n = recv_from_.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    float* slot = slots_.data() + ((c % window_) * n + k) * stride_;
+    recvs_[c * n + k] = transport_.recv(recv_from_[k], tag,
+                                        std::as_writable_bytes(std::span<float>(slot, e - b)));
+  }
+}
 
 void NeighbourExchange::start(uint64_t round, std::span<const float> mine,
-                              std::span<const int> send_to, std::span<const int> recv_from,
-                              std::span<const std::span<float>> inbox) {
+                              std::span<const int> send_to, std::span<const int> recv_from) {
   if (active_) fail(Code::internal, "neighbour exchange: start() before finish()");
-  if (inbox.size() != recv_from.size()) {
-    fail(Code::internal, "neighbour exchange: one inbox per peer received from");
-  }
-  for (const auto& box : inbox) {
-    if (box.size() != mine.size()) fail(Code::internal, "neighbour exchange: inbox size");
-  }
+  round_ = round;
   count_ = mine.size();
   chunks_ = std::max<std::size_t>(1, (count_ + chunk_floats_ - 1) / chunk_floats_);
-  neighbours_ = recv_from.size();
-  recvs_.assign(chunks_ * neighbours_, net::Handle{});
+  recv_from_.assign(recv_from.begin(), recv_from.end());
+  const std::size_t n = recv_from_.size();
+  // A slot holds the largest chunk; fewer slots when the message has fewer chunks.
+  stride_ = std::min(chunk_floats_, count_);
+  slots_.assign(std::min(window_, chunks_) * n * stride_, 0.0f);
+  recvs_.assign(chunks_ * n, net::Handle{});
   sends_.assign(chunks_ * send_to.size(), net::Handle{});
-  auto range = [&](std::size_t c) {
-    const std::size_t b = std::min(count_, c * chunk_floats_);
-    return std::pair{b, std::min(count_, b + chunk_floats_)};
-  };
-  // Receives first, so that a neighbour's chunks never wait on a receive not yet posted.
-  for (std::size_t c = 0; c < chunks_; ++c) {
-    const auto [b, e] = range(c);
-    const net::Tag tag{kOpGossip, round, static_cast<uint32_t>(c)};
-    for (std::size_t k = 0; k < neighbours_; ++k) {
-      recvs_[c * neighbours_ + k] =
-          transport_.recv(recv_from[k], tag, std::as_writable_bytes(inbox[k].subspan(b, e - b)));
-    }
-  }
+  // Receives first, so that a neighbour's first chunks never wait on a receive not yet posted.
+  for (std::size_t c = 0; c < std::min(window_, chunks_); ++c) post_recv(c);
   for (std::size_t c = 0; c < chunks_; ++c) {
     const auto [b, e] = range(c);
     const net::Tag tag{kOpGossip, round, static_cast<uint32_t>(c)};
@@ -48,25 +55,32 @@ void NeighbourExchange::start(uint64_t round, std::span<const float> mine,
   active_ = true;
 }
 
-void NeighbourExchange::finish(const std::function<void(std::size_t, std::size_t)>& on_chunk) {
+void NeighbourExchange::finish(const OnChunk& on_chunk) {
   if (!active_) fail(Code::internal, "neighbour exchange: finish() without start()");
   active_ = false;  // a failure below poisons the transport; nothing is left to finish
+  const std::size_t n = recv_from_.size();
+  std::vector<std::span<const float>> pieces(n);
   for (std::size_t c = 0; c < chunks_; ++c) {
-    for (std::size_t k = 0; k < neighbours_; ++k) transport_.wait(recvs_[c * neighbours_ + k]);
-    const std::size_t b = std::min(count_, c * chunk_floats_);
-    on_chunk(b, std::min(count_, b + chunk_floats_));
+    const auto [b, e] = range(c);
+    for (std::size_t k = 0; k < n; ++k) {
+      transport_.wait(recvs_[c * n + k]);
+      pieces[k] = std::span<const float>(slots_.data() + ((c % window_) * n + k) * stride_,
+                                         e - b);
+    }
+    on_chunk(b, e, pieces);
+    if (c + window_ < chunks_) post_recv(c + window_);  // into the slots just combined
   }
   for (const auto& h : sends_) transport_.wait(h);
 }
 
 void mix_range(std::span<float> out, float self_weight, std::span<const float> mine,
-               std::span<const float> weights, std::span<const std::span<float>> inbox,
+               std::span<const float> weights, std::span<const std::span<const float>> pieces,
                std::size_t begin, std::size_t end) {
   for (std::size_t i = begin; i < end; ++i) out[i] = self_weight * mine[i];
-  for (std::size_t k = 0; k < inbox.size(); ++k) {
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
     const float w = weights[k];
-    const float* in = inbox[k].data();
-    for (std::size_t i = begin; i < end; ++i) out[i] += w * in[i];
+    const float* in = pieces[k].data();
+    for (std::size_t i = begin; i < end; ++i) out[i] += w * in[i - begin];
   }
 }
 

@@ -21,36 +21,53 @@ using net::kOpGossip;  // runtime/net/ops.h
 class NeighbourExchange {
  public:
   // chunk_bytes: the piece each message is cut into (a few bytes reach the multi-chunk paths).
-  NeighbourExchange(net::Transport& transport, std::size_t chunk_bytes = 256 * 1024);
+  // window_chunks: receive buffers per neighbour. The exchange holds neighbours x window_chunks
+  // chunks, whatever the model's size: chunks beyond the window are received as earlier ones
+  // are combined and their buffers freed, the transport holding them back meanwhile (its
+  // contract: a message whose receive is not posted waits, in order, at the sender's side).
+  NeighbourExchange(net::Transport& transport, std::size_t chunk_bytes = 256 * 1024,
+                    std::size_t window_chunks = 8);
 
-  // Posts the receive of every chunk from each peer in recv_from into inbox[k] (inbox[k] belongs
-  // to recv_from[k], each mine.size() floats), then the sends of `mine` to each peer in send_to.
-  // `round` names this exchange: the same on both sides of every pair, unique among the
-  // exchanges in flight. `mine` and the inboxes must stay alive, and `mine` unchanged, until
-  // finish() returns. One exchange at a time.
+  // Posts the receives of the first window_chunks chunks from each peer in recv_from, then the
+  // sends of `mine` to each peer in send_to. `round` names this exchange: the same on both
+  // sides of every pair, unique among the exchanges in flight. `mine` must stay alive and
+  // unchanged until finish() returns. One exchange at a time.
   void start(uint64_t round, std::span<const float> mine, std::span<const int> send_to,
-             std::span<const int> recv_from, std::span<const std::span<float>> inbox);
+             std::span<const int> recv_from);
   // Waits chunk by chunk: once chunk [begin, end) (element offsets) has arrived from every
-  // neighbour, calls on_chunk(begin, end); then waits for the sends. Throws the transport's
-  // error (naming the peer and the round) when a neighbour fails or stays silent.
-  void finish(const std::function<void(std::size_t begin, std::size_t end)>& on_chunk);
+  // neighbour, calls on_chunk(begin, end, pieces), pieces[k] being recv_from[k]'s floats of the
+  // chunk (valid during the call only); then waits for the sends. Throws the transport's error
+  // (naming the peer and the round) when a neighbour fails or stays silent.
+  using OnChunk = std::function<void(std::size_t begin, std::size_t end,
+                                     std::span<const std::span<const float>> pieces)>;
+  void finish(const OnChunk& on_chunk);
   bool active() const { return active_; }
+  // Floats held for receives: at most neighbours x window x chunk, whatever the model's size.
+  std::size_t buffered_floats() const { return slots_.size(); }
 
  private:
+  void post_recv(std::size_t chunk);
+  std::pair<std::size_t, std::size_t> range(std::size_t chunk) const;
+
   net::Transport& transport_;
   std::size_t chunk_floats_;
+  std::size_t window_;
+  uint64_t round_ = 0;
   std::size_t count_ = 0;
   std::size_t chunks_ = 0;
+  std::size_t stride_ = 0;  // floats per slot: the largest chunk of this exchange
   bool active_ = false;
+  std::vector<int> recv_from_;
+  std::vector<float> slots_;        // (window slot, neighbour, chunk_floats)
   std::vector<net::Handle> recvs_;  // (chunk, neighbour)
   std::vector<net::Handle> sends_;
-  std::size_t neighbours_ = 0;
 };
 
-// out = self_weight * mine + sum_k weights[k] * inbox[k] over [begin, end), in neighbour order,
-// so that the same inputs give the same bits on every peer.
+// out = self_weight * mine + sum_k weights[k] * pieces[k] over [begin, end) (pieces[k] holds
+// that range, from its element 0), in neighbour order, so that the same inputs give the same
+// bits on every peer.
 void mix_range(std::span<float> out, float self_weight, std::span<const float> mine,
-               std::span<const float> weights, std::span<const std::span<float>> inbox,
+               std::span<const float> weights, std::span<const std::span<const float>> pieces,
                std::size_t begin, std::size_t end);
 
 }  // namespace dpg::collective

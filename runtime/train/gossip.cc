@@ -35,22 +35,16 @@ void Gossip::begin(long long round, std::span<const float> params) {
   const auto nb = schedule_.at(round).neighbourhood(rank_);
   self_weight_ = static_cast<float>(nb.self_weight);
   weights_.assign(nb.recv_weights.begin(), nb.recv_weights.end());
-  inbox_.resize(nb.recv_from.size());
-  inbox_spans_.clear();
-  for (auto& box : inbox_) {
-    box.resize(params.size());
-    inbox_spans_.emplace_back(box);
-  }
   mine_ = params;
-  exchange_.start(static_cast<uint64_t>(round), params, nb.send_to, nb.recv_from, inbox_spans_);
+  exchange_.start(static_cast<uint64_t>(round), params, nb.send_to, nb.recv_from);
 }
 
 void Gossip::end(std::span<float> params) {
   if (params.data() != mine_.data() || params.size() != mine_.size()) {
     fail(Code::internal, "gossip: end() on another buffer than begin()");
   }
-  exchange_.finish([&](std::size_t b, std::size_t e) {
-    collective::mix_range(mixed_, self_weight_, mine_, weights_, inbox_spans_, b, e);
+  exchange_.finish([&](std::size_t b, std::size_t e, std::span<const std::span<const float>> in) {
+    collective::mix_range(mixed_, self_weight_, mine_, weights_, in, b, e);
   });
   std::copy(mixed_.begin(), mixed_.end(), params.begin());
 }

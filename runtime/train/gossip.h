@@ -43,9 +43,9 @@ class Gossip {
  private:
   topology::Schedule schedule_;
   int rank_;
+  // The neighbours' models arrive through a fixed window of chunk buffers and are mixed into
+  // mixed_ chunk by chunk: memory is one model plus the window, whatever the degree.
   collective::NeighbourExchange exchange_;
-  std::vector<std::vector<float>> inbox_;  // one model per in-neighbour
-  std::vector<std::span<float>> inbox_spans_;
   std::vector<float> weights_;             // W_ij of each in-neighbour
   float self_weight_ = 1;
   std::span<const float> mine_;

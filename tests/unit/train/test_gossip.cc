@@ -159,3 +159,42 @@ TEST_CASE("a schedule switches graphs at the round an epoch boundary falls on") 
   CHECK_THROWS_WITH_AS(train::make_schedule(phases, 14.65),
                        doctest::Contains("phase 2 (ring) starts at round 15"), Error);
 }
+
+TEST_CASE("the neighbour exchange holds a fixed window of chunks, whatever the model's size") {
+  // 4 peers on a ring, each receiving from both neighbours: 10,007 floats in chunks of 16 floats
+  // (626 chunks) through a window of 3 per neighbour. The mix equals the closed form computed
+  // from every peer's model, and the buffers stay 2 x 3 x 16 floats.
+  const int n = 4;
+  const std::size_t count = 10007, chunk_bytes = 64, window = 3;
+  std::vector<std::vector<float>> models(n), mixed(n);
+  for (int r = 0; r < n; ++r) models[r] = random_model(r, count);
+  std::vector<std::size_t> buffered(n);
+  run_world(n, [&](int rank, net::Transport& t) {
+    collective::NeighbourExchange ex(t, chunk_bytes, window);
+    const int left = (rank + n - 1) % n, right = (rank + 1) % n;
+    const std::vector<int> peers = {left, right};
+    const std::vector<float> w = {0.25f, 0.25f};
+    std::vector<float> out(count);
+    for (int round = 0; round < 2; ++round) {  // twice: the slots are reused across rounds
+      ex.start(static_cast<uint64_t>(round), models[rank], peers, peers);
+      ex.finish([&](std::size_t b, std::size_t e, std::span<const std::span<const float>> in) {
+        REQUIRE(in.size() == 2);
+        collective::mix_range(out, 0.5f, models[rank], w, in, b, e);
+      });
+    }
+    buffered[rank] = ex.buffered_floats();
+    mixed[rank] = out;
+  });
+  for (int r = 0; r < n; ++r) {
+    CHECK(buffered[r] == 2 * window * (chunk_bytes / sizeof(float)));
+    const auto& l = models[(r + n - 1) % n];
+    const auto& m = models[r];
+    const auto& rt = models[(r + 1) % n];
+    for (std::size_t i = 0; i < count; ++i) {
+      float want = 0.5f * m[i];
+      want += 0.25f * l[i];
+      want += 0.25f * rt[i];
+      REQUIRE(mixed[r][i] == want);
+    }
+  }
+}
