@@ -9,12 +9,11 @@ namespace dpg::app {
 // copied once, the ceiling a shared-memory all-reduce is measured against.
 double memcpy_GBps();
 
-// TCP over loopback between two threads of this process, full duplex: one connection on
-// 127.0.0.1, each end sending 256 MiB in 4 MiB writes while reading what the other sends, as
-// the two peers of a 2-peer ring do. Returns the bytes per second each direction carried
-// (GB/s), the best of 3 runs: the ceiling a 2-peer all-reduce over TCP is measured against
-// (its bus bandwidth is the bytes each peer sends per second). Throws unavailable when a
-// socket call fails.
+// TCP over loopback between two threads of this process: one connection on 127.0.0.1, one end
+// sending 256 MiB in 4 MiB writes, the other reading them; the best of 3, in bytes per second
+// (GB/s). Every byte is copied twice by the kernel (into the socket buffer and out of it), on
+// two cores at once: what the loopback carries in all, the ceiling of the bytes per second all
+// local peers of a TCP all-reduce send together. Throws unavailable when a socket call fails.
 double tcp_loopback_GBps();
 
 }  // namespace dpg::app

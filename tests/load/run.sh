@@ -55,14 +55,14 @@ peers 4 900 gossip-100m --algo gossip --topology ring "${big[@]}"
 # The bound, in model-sized buffers plus 512 MiB for everything else (code, libraries, the data,
 # a 64-row batch's activations, chunk buffers). All-reduce (runtime/train/trainer.cc's RunState):
 # the parameters, the evaluated copy, the step's gradient sum (reduced in place), the momentum,
-# the parameter average and the peers' mean model (6). Gossip on a ring: those six, one inbox per
-# in-neighbour (2) and the mixed model (9): its buffers grow with the degree (docs/RELIABILITY.md).
+# the parameter average and the peers' mean model (6). Gossip on a ring: those six and the mixed
+# model (7); the neighbours' models come through a fixed window of chunks, whatever the degree.
 py '
 import json, sys
 params, work = int(sys.argv[1]), sys.argv[2]
 model = 4 * params
 print("load: model %d parameters, %.0f MiB" % (params, model / 2**20))
-for name, buffers in (("allreduce-100m", 6), ("gossip-100m", 9), ("allreduce-32", None), ("gossip-32", None)):
+for name, buffers in (("allreduce-100m", 6), ("gossip-100m", 7), ("allreduce-32", None), ("gossip-32", None)):
     rows = [json.loads(l) for l in open(work + "/" + name + ".jsonl")]
     peak = max(r["peak_rss_bytes"] for r in rows)
     if buffers is None:
