@@ -378,8 +378,8 @@ std::vector<ConfigField> make_table() {
             "all-reduce buckets of this many bytes as the backward pass produces them",
             between(0, 1099511627776.0)),
       field(&C::hierarchical, "hierarchical", "--hierarchical",
-            "allreduce: reduce-scatter among the peers of each host (the hosts file's host), "
-            "all-reduce each shard across hosts, all-gather within the host"),
+            "allreduce, local-sgd: sum (average) within each host (the hosts file's host) "
+            "first: a reduce-scatter there, each shard across hosts, an all-gather back"),
       field(&C::timeout_s, "timeout_s", "--timeout-s", "timeout of every network wait, in seconds",
             positive_up_to(1e6))
           .control(),

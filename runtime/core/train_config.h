@@ -171,7 +171,7 @@ struct TrainConfig {
   int max_staleness = 4;       // ps-async: how far ahead of the slowest worker one may run
   int local_steps = 4;         // local-sgd: local DP steps between model averages
   long long bucket_bytes = 0;  // allreduce: 0 = one all-reduce after backward; else buckets
-  bool hierarchical = false;   // allreduce: within each host, then across hosts (hierarchical.h)
+  bool hierarchical = false;   // allreduce, local-sgd: within each host first (hierarchical.h)
   std::string trace;           // Chrome trace file to write ("" = none)
   // Checkpoints (docs/RELIABILITY.md). Each peer writes its own, under checkpoint_dir/rank-R.
   std::string checkpoint_dir;        // "" = none

@@ -4,9 +4,6 @@
 // (bucket_reducer.h). With hierarchical, the sum is taken within each host first
 // (collective/hierarchical.h).
 #include <optional>
-#include <vector>
-
-#include "runtime/collective/hierarchical.h"
 
 #include "runtime/train/algorithms.h"
 #include "runtime/train/bucket_reducer.h"
@@ -24,14 +21,8 @@ class Single final : public Algorithm {
 
 class AllReduce final : public Algorithm {
  public:
-  explicit AllReduce(const AlgoSetup& s) : comm_(*s.comm), mechanism_(s.mechanism) {
-    if (s.config.hierarchical) {
-      std::vector<int> host_of = s.host_of;
-      if (host_of.empty()) {  // unknown: a host per rank
-        for (int r = 0; r < comm_.world(); ++r) host_of.push_back(r);
-      }
-      hierarchy_.emplace(comm_, host_of);
-    }
+  explicit AllReduce(const AlgoSetup& s)
+      : comm_(*s.comm), mechanism_(s.mechanism), hierarchy_(make_hierarchy(s)) {
     if (s.config.bucket_bytes > 0) {
       buckets_.emplace(*s.comm, s.mechanism, static_cast<std::size_t>(s.config.bucket_bytes),
                        s.tracer);

@@ -7,7 +7,11 @@
 // Only the parameters are averaged; each peer keeps its own momentum buffer. With H = 1 this is
 // still the all-reduce algorithm: the peers start every step from the same average, and momentum,
 // weight decay and the step are linear, so the mean of the peers' buffers follows the recursion
-// of the all-reduce's one buffer and the mean of their steps is its step.
+// of the all-reduce's one buffer and the mean of their steps is its step. With hierarchical, the
+// average is taken within each host first (collective/hierarchical.h), most bytes over shared
+// memory.
+#include <optional>
+
 #include "runtime/train/algorithms.h"
 
 namespace dpg::train {
@@ -16,13 +20,18 @@ namespace {
 class LocalSgd final : public Algorithm {
  public:
   explicit LocalSgd(const AlgoSetup& s)
-      : comm_(*s.comm), every_(s.config.local_steps), last_(s.plan.steps - 1) {}
+      : comm_(*s.comm), every_(s.config.local_steps), last_(s.plan.steps - 1),
+        hierarchy_(make_hierarchy(s)) {}
 
   void apply(long long t, const dp::PrivateGradient& mine, std::span<float> params,
              Sgd& sgd) override {
     sgd.apply(params, mine);
     if ((t + 1) % every_ == 0 || t == last_) {
-      comm_.allreduce(params, collective::Reduce::average);
+      if (hierarchy_) {
+        hierarchy_->allreduce(params, collective::Reduce::average);
+      } else {
+        comm_.allreduce(params, collective::Reduce::average);
+      }
     }
   }
 
@@ -37,6 +46,7 @@ class LocalSgd final : public Algorithm {
   collective::Communicator& comm_;
   long long every_;  // H
   long long last_;   // the run's last step, always followed by an average
+  std::optional<collective::Hierarchy> hierarchy_;  // hierarchical: average within hosts first
 };
 
 }  // namespace

@@ -61,6 +61,15 @@ void Algorithm::mean_over_peers(collective::Communicator& comm, std::span<const 
   comm.allreduce(out, collective::Reduce::average);
 }
 
+std::optional<collective::Hierarchy> make_hierarchy(const AlgoSetup& s) {
+  if (!s.config.hierarchical) return std::nullopt;
+  std::vector<int> host_of = s.host_of;
+  if (host_of.empty()) {  // unknown: a host per rank
+    for (int r = 0; r < s.comm->world(); ++r) host_of.push_back(r);
+  }
+  return std::optional<collective::Hierarchy>(std::in_place, *s.comm, host_of);
+}
+
 const AlgoInfo& algo_info(Algo algo) {
   for (const auto& a : kAlgorithms) {
     if (a.algo == algo) return a;

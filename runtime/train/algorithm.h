@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "dp/mechanism.h"
 #include "dp/privacy_plan.h"
 #include "runtime/collective/communicator.h"
+#include "runtime/collective/hierarchical.h"
 #include "runtime/core/json_io.h"
 #include "runtime/core/trace.h"
 #include "runtime/core/train_config.h"
@@ -113,6 +115,10 @@ class Algorithm {
   static void mean_over_peers(collective::Communicator& comm, std::span<const float> mine,
                               std::span<float> out);
 };
+
+// The hierarchy of a run with `hierarchical` set (host_of from the setup, else a host per rank),
+// built collectively on every peer; nullopt without it.
+std::optional<collective::Hierarchy> make_hierarchy(const AlgoSetup& s);
 
 // The table every algorithm has one line in.
 struct AlgoInfo {

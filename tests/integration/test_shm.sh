@@ -122,6 +122,19 @@ assert abs(h["test_accuracy"] - f["test_accuracy"]) <= 0.03, (h["test_accuracy"]
 assert h["epsilon"] == f["epsilon"] and h["peers"] == 4, (h, f)
 print("hierarchical: test accuracy %.4f against flat %.4f" % (h["test_accuracy"], f["test_accuracy"]))
 ' "$work" || fail "hierarchical against flat"
+# local-sgd averages its models the same way with --hierarchical.
+"$bin" launch --hosts "$work/hosts2x2.json" -- train --algo local-sgd --local-steps 4 \
+  --hierarchical "${common[@]}" --metrics "" >"$work/hier-local.json" 2>"$work/hier-local.log" ||
+  { cat "$work/hier-local.log"; fail "hierarchical local-sgd on 2 hosts x 2 peers failed"; }
+py '
+import json, sys
+def last(path):
+    return [json.loads(l.split("] ", 1)[-1]) for l in open(path) if "{" in l][-1]
+h, f = last(sys.argv[1] + "/hier-local.json"), last(sys.argv[1] + "/local-sgd-tcp.json")
+assert abs(h["test_accuracy"] - f["test_accuracy"]) <= 0.03, (h["test_accuracy"], f["test_accuracy"])
+assert h["epsilon"] == f["epsilon"], (h, f)
+print("hierarchical local-sgd: test accuracy %.4f against flat %.4f" % (h["test_accuracy"], f["test_accuracy"]))
+' "$work" || fail "hierarchical local-sgd against flat"
 
 # A peer on another host (127.0.0.2 is another host to the hosts file) cannot share memory.
 py '
