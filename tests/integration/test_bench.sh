@@ -72,6 +72,22 @@ print("bench rows:", ", ".join(f"{b}@{s}: {t:.0f} us" for (b, s), t in sorted(ti
   fail "bench allreduce --transport tcp: $(cat "$work/tcp.jsonl")"
 expect_error "--transport: expected auto, tcp or shm" \
   "$bin" bench allreduce --peers 2 --transport udp
+grep -q '"limit":"tcp_loopback_stream"' "$work/tcp.jsonl" &&
+  grep -q '"ratio":"sent/loopback"' "$work/tcp.jsonl" ||
+  fail "bench allreduce --transport tcp: no loopback limit or share: $(cat "$work/tcp.jsonl")"
+
+# The hierarchical all-reduce across real processes: 2 emulated hosts x 4 peers (shared memory
+# within, TCP across); every row's sum is checked against the closed form on every rank, so
+# "ok" means it gave exactly the flat all-reduce's result, at sizes on the doubling, the
+# halving-doubling and the ring's paths of the groups.
+"$bin" bench allreduce --peers 8 --emulated-hosts 2 --hierarchical --sizes 4K,96K,2M --rounds 1 \
+  --warmup 2 --repeats 3 --json >"$work/hier.jsonl" 2>"$work/err.log" ||
+  { cat "$work/err.log" >&2; fail "bench allreduce --hierarchical failed"; }
+[[ $(grep -c '"backend":"dpgossip+hier".*"ok":true' "$work/hier.jsonl") == 3 &&
+   $(grep -c '"ratio":"time hier/flat"' "$work/hier.jsonl") == 3 ]] ||
+  fail "bench allreduce --hierarchical: $(cat "$work/hier.jsonl")"
+expect_error "--emulated-hosts: must be in [1, min(--peers, 254)], got 3" \
+  "$bin" bench allreduce --peers 2 --emulated-hosts 3
 
 # --tls: plain and TLS rows for every size, both correct, and TLS's time over plain TCP's.
 "$bin" bench allreduce --peers 2 --tls --sizes 4K,1M --rounds 2 --warmup 5 --repeats 10 --json \
