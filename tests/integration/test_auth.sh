@@ -86,7 +86,9 @@ h["tls"]["ca_file"] = "other/ca.pem"
 h["peers"][1].update(cert_file="other/r1.pem", key_file="other/r1.key")
 json.dump(h, open(sys.argv[2], "w"))' "$work/tls.json" "$work/stranger.json"
 
-"$bin" "${train[@]}" --tls --hosts "$work/tls.json" --rank 0 >"$work/t0.json" 2>"$work/t0.log" &
+# Rank 0 and the good rank 1 leave --transport at auto: with --tls every link is TCP, one host
+# or not, so that the stranger's certificate is checked even though it shares the host.
+"$bin" "${any_link[@]}" --tls --hosts "$work/tls.json" --rank 0 >"$work/t0.json" 2>"$work/t0.log" &
 pids+=($!)
 if "$bin" "${train[@]}" --tls --hosts "$work/stranger.json" --rank 1 >/dev/null 2>"$work/stranger.log"; then
   fail "a peer with another CA's certificate joined the TLS run"
@@ -95,7 +97,7 @@ grep -q "peer 0 at 127.0.0.1:[0-9]*: TLS: " "$work/stranger.log" ||
   fail "the stranger's error does not name peer 0 and TLS: $(cat "$work/stranger.log")"
 grep -q "refused a connection from 127.0.0.1:[0-9]*: TLS: .* during the TLS handshake" "$work/t0.log" ||
   fail "rank 0 did not log the stranger's refusal: $(cat "$work/t0.log")"
-"$bin" "${train[@]}" --tls --hosts "$work/tls.json" --rank 1 >"$work/t1.json" 2>"$work/t1.log" &
+"$bin" "${any_link[@]}" --tls --hosts "$work/tls.json" --rank 1 >"$work/t1.json" 2>"$work/t1.log" &
 pids+=($!)
 expect_success "TLS run" "${pids[@]}"
 py 'import json, sys
@@ -103,6 +105,7 @@ s = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert s["peers"] == 2 and s["steps"] > 0, s
 print("TLS run: 2 peers finished, %d steps" % s["steps"])' "$work/t0.json" || fail "TLS run: no summary"
 grep -qF "peers must present a certificate the hosts file's CA signed (TLS 1.3)" "$work/t0.log" || fail "rank 0 does not say it uses TLS"
+grep -qF "transport: TCP with peer 1" "$work/t0.log" || fail "--tls under auto did not keep peer 1 on TCP: $(head -5 "$work/t0.log")"
 
 # A missing certificate is an error naming the file and the field, before any connection.
 py 'import json, sys
