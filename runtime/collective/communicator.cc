@@ -333,7 +333,8 @@ void Communicator::allgather(std::span<const std::byte> mine, std::span<std::byt
                                      " bytes for " + std::to_string(n) + " blocks of " +
                                      std::to_string(m));
   }
-  std::memcpy(out.data() + r * m, mine.data(), m);
+  // Empty blocks may come with null data, which memcpy may not be given even for 0 bytes.
+  if (m > 0) std::memcpy(out.data() + r * m, mine.data(), m);
   if (n == 1) return;
   const int left = (r + n - 1) % n, right = (r + 1) % n;
   auto block = [&](int b) { return out.subspan(static_cast<std::size_t>((b % n + n) % n) * m, m); };

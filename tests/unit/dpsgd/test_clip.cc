@@ -73,6 +73,7 @@ TEST_CASE("clip: ghost-clipped sum equals the sum of individually clipped gradie
   std::vector<float> sq(n), scale(n);
   m.per_example_sq_norms(ws, sq);
   CHECK(dpg::dp::clip_factors(sq, clip, scale) == 0);
+  const Workspace batch = ws;  // accumulate_gradient scales ws in place
   std::vector<float> ghost(m.num_params(), 0.0f);
   m.accumulate_gradient(ws, scale, ghost);
 
@@ -85,7 +86,15 @@ TEST_CASE("clip: ghost-clipped sum equals the sum of individually clipped gradie
     clipped += c < 1.0 ? 1 : 0;
     CHECK(scale[i] == doctest::Approx(c).epsilon(1e-4));
     for (auto& v : g) v *= scale[i];  // the library's factor
-    CHECK(norm(g) <= clip * (1.0 + 1e-6));  // every clipped row has norm <= C
+    // Every clipped row has norm <= C: the row as the library sums it (this batch, every other
+    // row's factor 0). The batch of one above rounds differently, and for the rows whose tanh
+    // saturates (1 - tanh^2 cancels) its norm differs by about 1e-6 (1.3e-6 at -O2), more than
+    // the bound's slack; the factors' agreement with it is the 1e-4 check above.
+    Workspace one = batch;
+    std::vector<float> only(n, 0.0f), row(m.num_params(), 0.0f);
+    only[i] = scale[i];
+    m.accumulate_gradient(one, only, row);
+    CHECK(norm(row) <= clip * (1.0 + 1e-6));
     for (std::size_t p = 0; p < g.size(); ++p) expected[p] += g[p];
   }
   CHECK(clipped > 4);

@@ -17,7 +17,8 @@ namespace {
 struct Memory {
   explicit Memory(uint32_t slot_bytes, uint32_t slots)
       : bytes(mapping_bytes(slot_bytes, slots)),
-        base(static_cast<std::byte*>(std::aligned_alloc(4096, bytes))) {
+        // aligned_alloc takes a whole number of alignments (C11 7.22.3.1).
+        base(static_cast<std::byte*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096))) {
     std::memset(base, 0, bytes);
     init_pair(base, slot_bytes, slots);
   }

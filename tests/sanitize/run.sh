@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Builds dpgossip with a sanitizer and runs tests under it (docs/RELIABILITY.md, "Sanitizer jobs").
+#   asan  ./build-asan: AddressSanitizer, UndefinedBehaviorSanitizer and LeakSanitizer; the unit
+#         suite and the integration suite (every peer process the tests start is sanitized too).
+#   tsan  ./build-tsan: ThreadSanitizer; only the test binaries of the transports, the collectives
+#         and the algorithms that drive a transport from several threads.
+# Every sanitizer writes its reports to files in a temporary folder rather than to stderr, so a
+# report from a peer process whose non-zero exit a test expects (a killed or refused peer) is not
+# lost in that test's verdict: any report file fails the run, and is printed.
+# Exit: 0 when every test passed with no report; 1 on a failed test or any report; 77 (meson's
+# skip) when the compiler cannot build and run a program with the sanitizer.
+# Environment: CXX (default c++), SANITIZE_JOBS (build and test processes, default 2).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+mode=${1:-}
+jobs=${SANITIZE_JOBS:-2}
+case "$mode" in
+  asan) flags=address,undefined build=build-asan ;;
+  tsan) flags=thread build=build-tsan ;;
+  *) echo "usage: tests/sanitize/run.sh asan|tsan" >&2; exit 2 ;;
+esac
+
+# Skip (77) where the toolchain lacks the sanitizer's runtime: build and run a threaded program.
+probe=$(mktemp -d -t dpg-san-probe-XXXXXX)
+reports=$(mktemp -d -t "dpg-san-$mode-XXXXXX")
+trap 'rm -rf "$probe"' EXIT
+printf '#include <thread>\nint main() { int x = 0; std::thread t([&] { x = 1; }); t.join(); return x - 1; }\n' \
+  >"$probe/p.cc"
+if ! "${CXX:-c++}" -fsanitize="$flags" -pthread "$probe/p.cc" -o "$probe/p" >"$probe/log" 2>&1 ||
+   ! "$probe/p" >>"$probe/log" 2>&1; then
+  echo "sanitize: skipped: ${CXX:-c++} cannot build and run a -fsanitize=$flags program" \
+       "(Debian: g++ ships libasan, libubsan and libtsan):"
+  head -5 "$probe/log"
+  exit 77
+fi
+
+supp=$root/tests/sanitize
+case "$mode" in
+  asan)
+    # detect_leaks=1: every process the tests start exits through main or a caught error, so
+    # memory still held at exit is a real leak (peers killed by a signal are not checked).
+    # detect_stack_use_after_return: a buffer handed to a send or receive must outlive its wait.
+    export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:log_path=$reports/asan"
+    export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+    export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan"
+    # The ranks mpirun starts (the MPI baseline of test_bench.sh) unwind allocations fully: Open
+    # MPI is built without frame pointers, and only a full stack reaches the Open MPI frame that
+    # lsan.supp names (too slow for every process: it unwinds at each malloc).
+    export OMPI_MCA_mca_base_env_list="ASAN_OPTIONS=$ASAN_OPTIONS:fast_unwind_on_malloc=0"
+    tests=(--suite unit --suite integration)
+    # Sanitized code runs about 2-3x slower; the tests' own peer deadlines are unchanged.
+    multiplier=3
+    targets=()
+    ;;
+  tsan)
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp:log_path=$reports/tsan"
+    tests=(unit_net unit_tcp unit_shm unit_collective unit_groups unit_dataparallel unit_gossip
+           unit_algorithms unit_algo_ad_psgd unit_algo_ps unit_algo_local_sgd unit_algo_bucket)
+    # ThreadSanitizer runs instrumented code 5-15x slower.
+    multiplier=5
+    targets=(tests/unit/net/test_net tests/unit/tcp/test_tcp tests/unit/shm/test_shm
+             tests/unit/collective/test_collective tests/unit/collective/test_groups
+             tests/unit/train/test_dataparallel tests/unit/train/test_gossip
+             tests/unit/train/test_algorithms tests/unit/train/test_algo_ad_psgd
+             tests/unit/train/test_algo_ps tests/unit/train/test_algo_local_sgd
+             tests/unit/train/test_algo_bucket)
+    ;;
+esac
+
+echo "sanitize: $mode: configuring and building ./$build (-fsanitize=$flags)"
+setup=(-Db_sanitize="$flags" -Db_lundef=false -Dbuildtype=debugoptimized)
+# g++ links UBSan's runtime as a library of its own beside ASan's, and that shared copy ignores
+# UBSAN_OPTIONS' log_path (its reports would go to stderr, where a test that expects a peer to
+# fail never looks); linked statically it reads its options itself. clang's runtime needs nothing.
+if [ "$mode" = asan ] && ! "${CXX:-c++}" --version 2>/dev/null | grep -qi clang; then
+  setup+=(-Dcpp_link_args=-static-libubsan)
+fi
+if [ -f "$build/build.ninja" ]; then
+  meson setup --reconfigure "$build" "${setup[@]}" >/dev/null
+else
+  meson setup "$build" "${setup[@]}" >/dev/null
+fi
+ninja -C "$build" -j"$jobs" "${targets[@]}" >"$reports/build.log" 2>&1 || {
+  tail -50 "$reports/build.log"; echo "sanitize: $mode: build failed"; exit 1; }
+
+rc=0
+MESON_TESTTHREADS=$jobs meson test -C "$build" --no-rebuild --print-errorlogs \
+  --timeout-multiplier "$multiplier" "${tests[@]}" || rc=$?
+
+found=$(find "$reports" -name "$mode.*" -o -name 'ubsan.*' | sort)
+if [ -n "$found" ]; then
+  for f in $found; do echo "sanitize: report $f:"; head -60 "$f"; done
+  echo "sanitize: $mode: $(echo "$found" | wc -l) sanitizer report(s), kept in $reports"
+  exit 1
+fi
+if [ "$rc" -ne 0 ]; then
+  echo "sanitize: $mode: tests failed (meson test exit $rc)"
+  exit 1
+fi
+rm -rf "$reports"
+echo "sanitize: $mode: every test passed with no sanitizer report"
