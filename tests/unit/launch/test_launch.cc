@@ -195,11 +195,19 @@ TEST_CASE("launch: SIGINT and SIGTERM to the launcher are passed on to every chi
 TEST_CASE("launch: a second signal to the launcher sends SIGKILL without waiting out the grace") {
   SuperviseOptions o;
   o.grace = std::chrono::milliseconds(20000);
-  // Rank 0 survives the forwarded SIGINT and asks for the second; rank 1 ignores it too.
+  // Rank 0 survives the forwarded SIGINT and asks for the second; rank 1 ignores it too. Rank 0
+  // signals once rank 1's trap is set (a file says so; at most 10 s): a fixed delay lost that
+  // race on a loaded machine, and rank 1 died of the first SIGINT.
+  std::string tmpl = (fs::temp_directory_path() / "dpg_test_launch_ready_XXXXXX").string();
+  REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+  const std::string ready = (fs::path(tmpl) / "ready").string();
   const Run r = run_children(
-      {sh("0", "trap '' INT TERM; sleep 0.2; kill -INT $PPID; sleep 0.3; kill -INT $PPID; exec sleep 60"),
-       sh("1", "trap '' INT TERM; exec sleep 60")},
+      {sh("0", "trap '' INT TERM; i=0; while [ ! -e '" + ready + "' ] && [ $i -lt 200 ]; do "
+               "sleep 0.05; i=$((i + 1)); done; kill -INT $PPID; sleep 0.3; kill -INT $PPID; "
+               "exec sleep 60"),
+       sh("1", "trap '' INT TERM; : > '" + ready + "'; exec sleep 60")},
       o);
+  fs::remove_all(tmpl);
   CHECK(r.rc == 130);
   CHECK(r.seconds < 5.0);
   CHECK(contains(r.err, "got SIGINT; passing SIGINT to 2 ranks"));
