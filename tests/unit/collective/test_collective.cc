@@ -11,6 +11,7 @@
 #include "runtime/collective/communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/net/inproc/inproc_transport.h"
+#include "tests/unit/collective/world.h"
 
 using dpg::collective::Communicator;
 using dpg::collective::Options;
@@ -18,27 +19,7 @@ using dpg::collective::Reduce;
 
 namespace {
 
-// Runs body(comm) on every rank of an n-peer in-process world, one thread each; rethrows the
-// first failure.
-void run_world(int n, Options options, const std::function<void(Communicator&)>& body) {
-  dpg::net::InprocFabric fabric(n, std::chrono::seconds(20));
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Communicator comm(fabric.peer(r), options);
-        body(comm);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using dpg::test::run_world;
 
 // All-reduces rank + (i mod 7) on n peers (with `then_average`, averages the sum once more: exact
 // when n is a power of two) and checks every rank against the closed form.

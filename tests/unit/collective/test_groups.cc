@@ -14,6 +14,7 @@
 #include "runtime/collective/hierarchical.h"
 #include "runtime/core/error.h"
 #include "runtime/net/inproc/inproc_transport.h"
+#include "tests/unit/collective/world.h"
 
 using dpg::collective::Communicator;
 using dpg::collective::Hierarchy;
@@ -22,25 +23,7 @@ using dpg::collective::Reduce;
 
 namespace {
 
-void run_world(int n, Options options, const std::function<void(Communicator&)>& body) {
-  dpg::net::InprocFabric fabric(n, std::chrono::seconds(20));
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Communicator comm(fabric.peer(r), options);
-        body(comm);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using dpg::test::run_world;
 
 // Integer-valued inputs (exact in float in any order of addition), different on every rank.
 std::vector<float> integer_input(int rank, std::size_t count) {

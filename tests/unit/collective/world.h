@@ -1,0 +1,38 @@
+// Shared by the collective tests: an n-peer in-process world, one thread per rank.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "runtime/collective/communicator.h"
+#include "runtime/net/inproc/inproc_transport.h"
+
+namespace dpg::test {
+
+// Runs body(comm) on every rank of an n-peer in-process world, one thread each; rethrows the
+// first failure.
+inline void run_world(int n, collective::Options options,
+                      const std::function<void(collective::Communicator&)>& body) {
+  net::InprocFabric fabric(n, std::chrono::seconds(20));
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(n);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        collective::Communicator comm(fabric.peer(r), options);
+        body(comm);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace dpg::test
