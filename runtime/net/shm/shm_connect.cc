@@ -310,6 +310,21 @@ struct Setup {
 }  // namespace
 
 void ShmTransport::Impl::connect_all(const HostsFile& hosts, const std::vector<int>& peers) {
+  try {
+    connect_pairs(hosts, peers);
+  } catch (const Error& e) {
+    // The peers already joined would otherwise see only this process end without a goodbye and
+    // blame it; its abort names the peer at fault (one that never connected, or broke off).
+    live.clear();
+    for (auto& p : pairs) {
+      if (p) live.push_back(p.get());
+    }
+    publish_abort(e.what());
+    throw;
+  }
+}
+
+void ShmTransport::Impl::connect_pairs(const HostsFile& hosts, const std::vector<int>& peers) {
   pairs.resize(world);
   std::set<int> to_connect, to_accept;
   for (int p : peers) {

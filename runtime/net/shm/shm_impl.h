@@ -94,6 +94,7 @@ struct ShmTransport::Impl {
 
   // Set-up (shm_connect.cc).
   void connect_all(const HostsFile& hosts, const std::vector<int>& peers);
+  void connect_pairs(const HostsFile& hosts, const std::vector<int>& peers);  // connect_all's work
 
   // The engine (shm_engine.cc). Each returns whether it moved anything; callers hold mu.
   bool progress_all();

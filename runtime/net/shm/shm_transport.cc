@@ -128,6 +128,12 @@ OpTable::PeerState ShmTransport::Impl::liveness(int peer) const {
   s.waiting = p.view.theirs().waiting.load(std::memory_order_relaxed) != 0;
   if (p.parked_now.load(std::memory_order_relaxed)) return s;  // it is ahead, not silent
   const int64_t beat = p.view.theirs().beat_ns.load(std::memory_order_relaxed);
+  if (beat == 0) {
+    // It never wrote a heartbeat: say so, rather than the time since the clock's epoch.
+    s.silent_for = silence;
+    s.note = "never heard from; " + process_state(p);
+    return s;
+  }
   s.silent_for = Clock::now() - Clock::time_point(Clock::duration(beat));
   if (s.silent_for >= silence) s.note = process_state(p);
   return s;
@@ -182,13 +188,18 @@ std::string ShmTransport::Impl::gather_reports(const std::string& own) {
     if (p->gone) continue;
     const OpTable::PeerState s = liveness(p->peer);
     if (s.silent_for < silence) continue;
-    silent += (silent.empty() ? "" : ", ") + std::to_string(p->peer) + " (nothing for " +
-              std::to_string(
-                  std::chrono::duration_cast<std::chrono::milliseconds>(s.silent_for).count()) +
-              " ms; " + s.note + ")";
+    const std::string heard =
+        s.note.rfind("never", 0) == 0
+            ? std::string()
+            : "nothing for " +
+                  std::to_string(
+                      std::chrono::duration_cast<std::chrono::milliseconds>(s.silent_for).count()) +
+                  " ms; ";
+    silent += (silent.empty() ? "peer " : ", peer ") + std::to_string(p->peer) + " (" + heard +
+              s.note + ")";
   }
   if (!silent.empty()) {
-    message += "\n  silent: peer " + silent + "; stopped or hung (the likely cause)";
+    message += "\n  silent: " + silent + "; stopped or hung (the likely cause)";
   }
   return message;
 }

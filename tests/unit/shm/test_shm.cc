@@ -196,3 +196,32 @@ TEST_CASE("shared memory: peers with different settings refuse each other") {
   });
   for (auto& e : sizes) CHECK_MESSAGE(e.find("uses rings of") != std::string::npos, e);
 }
+
+TEST_CASE("shared memory: a peer whose set-up fails tells the peers it already joined why") {
+  // Rank 2 joins rank 0, then waits for a rank 3 that never comes and fails its set-up. Rank 0,
+  // already past its own set-up and waiting on rank 2, must learn the cause (peer 3), not only
+  // that rank 2 went away without a goodbye.
+  HostsFile hosts = dpg::net::local_hosts(4);
+  ShmOptions o;
+  o.timeout = 10s;
+  o.connect_timeout = 1s;
+  std::string error0, error2;
+  std::thread rank0([&] {
+    try {
+      ShmTransport t(hosts, 0, {2}, o);
+      std::vector<float> v(4);
+      t.wait(t.recv(2, Tag{9, 0, 0}, bytes(v)));
+    } catch (const dpg::Error& e) {
+      error0 = e.what();
+    }
+  });
+  try {
+    ShmTransport t(hosts, 2, {0, 3}, o);
+  } catch (const dpg::Error& e) {
+    error2 = e.what();
+  }
+  rank0.join();
+  CHECK_MESSAGE(error2.find("peer 3 never connected") != std::string::npos, error2);
+  CHECK_MESSAGE(error0.find("peer 2 aborted") != std::string::npos, error0);
+  CHECK_MESSAGE(error0.find("peer 3 never connected") != std::string::npos, error0);
+}
