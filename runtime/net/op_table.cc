@@ -62,6 +62,11 @@ void OpTable::complete(uint32_t index) {
   }
 }
 
+void OpTable::complete_held(uint32_t index) {
+  slot(index).state.store(OpSlot::done, std::memory_order_seq_cst);
+  wait_cv_.notify_all();
+}
+
 void OpTable::release(uint32_t index) {
   OpSlot& s = slot(index);
   s.state.store(OpSlot::idle, std::memory_order_relaxed);

@@ -56,6 +56,13 @@ class OpTable {
   const OpSlot* find(Handle handle);
   // Marks a slot done and wakes its waiter (any thread).
   void complete(uint32_t index);
+  // For a thread that is not the table's owner and moves bytes into or out of a posted buffer
+  // (the in-process fabric): while held, poison() cannot happen, so a check of poisoned() then
+  // the copy then complete_held() is one step to the owner, whose wait returns (and may free
+  // the buffer) only before it or after it; and the owner's next wait or rethrow then sees the
+  // copy (a happens-before edge, not only the state's store).
+  std::unique_lock<std::mutex> hold() const { return std::unique_lock(wait_mu_); }
+  void complete_held(uint32_t index);  // complete(), with hold() already taken
   // Runs the transport's I/O on the waiting thread: with block false it handles what is ready
   // (first what concerns `op`, the operation waited on) and returns; with block true it may sleep
   // until something happens or `until` passes.

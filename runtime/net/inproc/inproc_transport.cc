@@ -1,6 +1,8 @@
 #include "runtime/net/inproc/inproc_transport.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "runtime/core/error.h"
 #include "runtime/net/op_table.h"
@@ -68,10 +70,7 @@ void InprocFabric::match(int src, int dst) {
     while (it != recvs.end() && !(it->owner->ops().slot(it->slot).tag == s.tag)) ++it;
     if (it == recvs.end()) return;  // the head waits for its receive, as on a TCP stream
     OpTable& rops = it->owner->ops();
-    // A poisoned peer's waits all throw, and whoever posted these operations may have freed their
-    // buffers since (a thread that gave up on its wait): move no bytes from or into them. The
-    // other side then times out on the failed peer, as it would over TCP.
-    if (rops.poisoned() || sends.front().owner->ops().poisoned()) return;
+    OpTable& sops = sends.front().owner->ops();
     OpSlot& r = rops.slot(it->slot);
     if (r.size != s.size) {
       rops.poison(Code::data_loss, "rank " + std::to_string(dst) + ": peer " +
@@ -80,9 +79,22 @@ void InprocFabric::match(int src, int dst) {
                                        " but the receive expects " + std::to_string(r.size));
       return;
     }
-    if (s.size > 0) std::memcpy(r.data, s.data, s.size);
-    rops.complete(it->slot);
-    sends.front().owner->ops().complete(sends.front().slot);
+    {
+      // A poisoned peer's waits all throw, and whoever posted these operations may have freed
+      // their buffers since (a thread that gave up on its wait): move no bytes from or into
+      // them. Both tables are held, so neither can be poisoned between the check and the copy.
+      // The other side then times out on the failed peer, as it would over TCP. The two are
+      // taken in address order, the same whichever peer sends.
+      OpTable* first = std::min(&rops, &sops, std::less<OpTable*>());
+      OpTable* second = first == &rops ? &sops : &rops;
+      auto held_first = first->hold();
+      std::unique_lock<std::mutex> held_second;
+      if (second != first) held_second = second->hold();
+      if (rops.poisoned() || sops.poisoned()) return;
+      if (s.size > 0) std::memcpy(r.data, s.data, s.size);
+      rops.complete_held(it->slot);
+      sops.complete_held(sends.front().slot);
+    }
     recvs.erase(it);
     sends.pop_front();
   }
