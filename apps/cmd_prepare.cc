@@ -47,6 +47,7 @@ void print_human(const Json& s) {
             << " s: " << s["train_rows"].dump() << " train rows in " << s["peers"].dump()
             << " shard(s) (partition " << s["partition"].get<std::string>() << ", seed "
             << s["seed"].dump() << "), " << s["test"]["rows"].dump() << " test rows, "
+            << s.value("validation_rows", 0) << " validation rows, "
             << s["cols"].dump() << " features, " << s["num_classes"].dump() << " classes\n";
   const Json& norm = s["normalize"];
   std::cout << "normalize " << norm["mode"].get<std::string>();
@@ -57,11 +58,15 @@ void print_human(const Json& s) {
   std::cout << "\n";
   auto line = [](const Json& entry) {
     std::cout << "  " << std::left << std::setw(16) << entry["file"].get<std::string>()
-              << std::right << std::setw(8) << entry["rows"].dump() << " rows  labels "
-              << histogram_text(entry["label_histogram"]) << "\n";
+              << std::right << std::setw(8) << entry["rows"].dump() << " rows";
+    if (entry.contains("label_histogram")) {
+      std::cout << "  labels " << histogram_text(entry["label_histogram"]);
+    }
+    std::cout << "\n";
   };
   for (const Json& entry : s["shards"]) line(entry);
   line(s["test"]);
+  if (s.contains("validation")) line(s["validation"]);
 }
 
 void run(const PrepareArgs& args) {
@@ -112,7 +117,13 @@ void add_prepare(CLI::App& app) {
   cmd->add_option("--normalize", o.normalize, "global, feature or none (train statistics)")
       ->check(CLI::IsMember({"global", "feature", "none"}))
       ->capture_default_str();
-  cmd->add_option("--seed", o.seed, "Seed of the partition")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the partition and of the validation rows")
+      ->capture_default_str();
+  cmd->add_option("--validation", o.validation_rows,
+                  "Training rows to hold out as validation.bin, chosen at random (0: none)")
+      ->capture_default_str();
+  cmd->add_flag("--label-histograms", o.label_histograms,
+                "Write each shard's label histogram into the manifest, which every peer reads");
   cmd->add_flag("--json", args->json, "Print the manifest summary as one JSON object");
   cmd->callback([args] { run(*args); });
 }

@@ -1,19 +1,25 @@
 // `dpgossip privacy`: epsilon of DP-SGD with Poisson sampling (PLD or RDP accountant), or the
-// smallest noise multiplier that meets a target epsilon. See docs/PRIVACY.md.
+// smallest noise multiplier that meets a target epsilon. See docs/PRIVACY.md. With --topology,
+// also the pairwise network epsilons of gossip on that graph (dp/network_dp.h, docs/GOSSIP.md).
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
 #include "apps/commands.h"
+#include "apps/gossip_setup.h"
 #include "dp/accountant.h"
+#include "dp/network_dp.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "topology/generators.h"
 
 namespace dpg::app {
 namespace {
@@ -27,6 +33,14 @@ struct PrivacyFlags {
   double delta = 0;
   std::string accountant = "pld";
   bool json = false;
+  // Pairwise network DP of gossip: the graph as `dpgossip train` names it.
+  std::string topology;
+  int peers = 0;
+  std::string topology_weights = "metropolis";
+  int topology_degree = 0;
+  std::uint64_t topology_seed = 0;
+  CLI::Option* topology_opt = nullptr;
+  CLI::Option* peers_opt = nullptr;
   CLI::Option* sample_rate_opt = nullptr;
   CLI::Option* noise_multiplier_opt = nullptr;
   CLI::Option* target_epsilon_opt = nullptr;
@@ -74,6 +88,117 @@ void validate(const PrivacyFlags& f) {
   if (!given(f.delta_opt)) bad_flag("--delta is required (e.g. 1e-5, below 1 / dataset size)");
   if (!(f.delta > 0.0 && f.delta < 1.0))
     bad_flag("--delta must be in (0, 1), got " + exact(f.delta));
+  if (given(f.peers_opt) && !given(f.topology_opt))
+    bad_flag("--peers applies only with --topology (the gossip graph)");
+  if (given(f.topology_opt) && !is_graph_file(f.topology) && !given(f.peers_opt))
+    bad_flag("--topology " + f.topology + " needs --peers");
+  if (given(f.peers_opt) && (f.peers < 1 || f.peers > dp::kNetworkDpMaxPeers))
+    bad_flag("--peers must be in [1, " + std::to_string(dp::kNetworkDpMaxPeers) + "], got " +
+             std::to_string(f.peers));
+}
+
+// The one mixing matrix of --topology, built as `dpgossip train` builds it (gossip_setup.h); a
+// time-varying period is refused (dp/network_dp.h).
+topology::Topology gossip_graph(const PrivacyFlags& f) {
+  TrainConfig c;
+  for (const ConfigField& field : config_fields()) {
+    if (field.key != "topology_weights") continue;
+    try {
+      field.parse(c, f.topology_weights);
+    } catch (const Error& e) {
+      bad_flag("--topology-weights: " + std::string(e.what()));
+    }
+  }
+  c.topology_degree = f.topology_degree;
+  c.topology_seed = f.topology_seed;
+  const std::vector<topology::Topology> period =
+      gossip_graphs(f.topology, c, f.peers, "--topology " + f.topology);
+  if (given(f.peers_opt) && f.peers != period.front().peers())
+    bad_flag("--peers " + std::to_string(f.peers) + " but --topology " + f.topology + " has " +
+             std::to_string(period.front().peers()) + " peers");
+  if (period.size() != 1)
+    bad_flag("--topology " + f.topology + ": a time-varying graph (a period of " +
+             std::to_string(period.size()) +
+             " matrices) is not covered by the pairwise network accountant; give a static graph");
+  return period.front();
+}
+
+// Per graph distance (hops for u's model to reach v): how many pairs, and the worst epsilon.
+struct DistanceRow {
+  int distance = 0;
+  int pairs = 0;
+  double worst_epsilon = 0;
+  double least_sigma = 0;  // the smallest sigma_eff among the pairs
+};
+
+struct NetworkReport {
+  std::string label;
+  int peers = 0;
+  std::vector<int> distance;       // n x n
+  std::vector<double> epsilon;     // n x n
+  std::vector<double> sigma_eff;   // n x n
+  std::vector<DistanceRow> rows;   // distance 1, 2, ...
+};
+
+NetworkReport network_report(const PrivacyFlags& f, dp::AccountantKind kind, double sigma,
+                             long long steps) {
+  const topology::Topology t = gossip_graph(f);
+  NetworkReport r;
+  r.label = t.name();
+  r.peers = t.peers();
+  const auto& w = t.matrix();
+  r.distance = dp::graph_distances(w, r.peers);
+  r.sigma_eff = dp::pairwise_noise_multipliers(w, r.peers, sigma);
+  r.epsilon = dp::pairwise_epsilons(w, r.peers, f.sample_rate, sigma, steps, f.delta, kind);
+  for (std::size_t k = 0; k < r.distance.size(); ++k) {
+    const int d = r.distance[k];
+    if (d < 1) continue;
+    if (static_cast<int>(r.rows.size()) < d) r.rows.resize(static_cast<std::size_t>(d));
+    DistanceRow& row = r.rows[static_cast<std::size_t>(d - 1)];
+    row.distance = d;
+    row.worst_epsilon = row.pairs == 0 ? r.epsilon[k] : std::max(row.worst_epsilon, r.epsilon[k]);
+    row.least_sigma = row.pairs == 0 ? r.sigma_eff[k] : std::min(row.least_sigma, r.sigma_eff[k]);
+    ++row.pairs;
+  }
+  return r;
+}
+
+nlohmann::json matrix_json(const std::vector<double>& m, int n) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (int i = 0; i < n; ++i)
+    rows.push_back(std::vector<double>(m.begin() + static_cast<std::ptrdiff_t>(i) * n,
+                                       m.begin() + static_cast<std::ptrdiff_t>(i + 1) * n));
+  return rows;
+}
+
+nlohmann::json network_json(const NetworkReport& r, double local) {
+  nlohmann::json by = nlohmann::json::array();
+  for (const auto& row : r.rows)
+    by.push_back({{"distance", row.distance},
+                  {"pairs", row.pairs},
+                  {"worst_epsilon", row.worst_epsilon},
+                  {"least_noise_multiplier", row.least_sigma}});
+  nlohmann::json dist = nlohmann::json::array();
+  for (int i = 0; i < r.peers; ++i)
+    dist.push_back(std::vector<int>(r.distance.begin() + static_cast<std::ptrdiff_t>(i) * r.peers,
+                                    r.distance.begin() + static_cast<std::ptrdiff_t>(i + 1) * r.peers));
+  return {{"topology", r.label},
+          {"peers", r.peers},
+          {"local_epsilon", local},
+          {"by_distance", by},
+          {"distance", dist},
+          {"epsilon", matrix_json(r.epsilon, r.peers)},
+          {"noise_multiplier", matrix_json(r.sigma_eff, r.peers)}};
+}
+
+void print_network(const NetworkReport& r, double local) {
+  std::cout << "Pairwise network DP of gossip on " << r.label << " (" << r.peers
+            << " peers): u's data in the models peer v receives (docs/GOSSIP.md)\n";
+  std::cout << "  distance  pairs  worst epsilon  local epsilon  least sigma_eff\n";
+  for (const auto& row : r.rows)
+    std::cout << "  " << std::setw(8) << row.distance << "  " << std::setw(5) << row.pairs << "  "
+              << std::setw(13) << fmt(row.worst_epsilon) << "  " << std::setw(13) << fmt(local)
+              << "  " << std::setw(15) << fmt(row.least_sigma) << "\n";
 }
 
 // What the chosen accountant says about (q, sigma, steps): the epsilon reported, and for PLD
@@ -122,6 +247,9 @@ void run_privacy(const PrivacyFlags& f) {
              << r.spent.best_alpha << ") is at the edge of the order grid [1.1, 63]; the true "
              << "epsilon may be smaller than reported (the bound stays valid)");
 
+  std::optional<NetworkReport> net;
+  if (given(f.topology_opt)) net = network_report(f, kind, sigma, steps);
+
   if (f.json) {
     nlohmann::json j = {{"accountant", f.accountant},
                         {"epsilon", r.spent.epsilon},
@@ -138,6 +266,7 @@ void run_privacy(const PrivacyFlags& f) {
     }
     if (given(f.epochs_opt)) j["epochs"] = f.epochs;
     if (given(f.target_epsilon_opt)) j["target_epsilon"] = f.target_epsilon;
+    if (net) j["network"] = network_json(*net, r.spent.epsilon);
     std::cout << j.dump() << "\n";
     return;
   }
@@ -165,6 +294,13 @@ void run_privacy(const PrivacyFlags& f) {
     std::cout << "  best RDP order     " << fmt(r.spent.best_alpha)
               << (r.edge ? "  (grid edge)" : "") << "\n";
   }
+  if (net) print_network(*net, r.spent.epsilon);
+}
+
+std::string kinds_list() {
+  std::string s;
+  for (const auto& k : topology::kinds()) s += (s.empty() ? "" : ", ") + k;
+  return s;
 }
 
 }  // namespace
@@ -192,6 +328,17 @@ void add_privacy(CLI::App& app) {
                   "Opacus's RDPAccountant)")
       ->check(CLI::IsMember({"pld", "rdp"}));
   cmd->add_flag("--json", flags->json, "print one JSON object instead of text");
+  flags->topology_opt = cmd->add_option(
+      "--topology", flags->topology,
+      "also the pairwise network epsilons of gossip on this graph: a kind (" + kinds_list() +
+          ") or a JSON graph file, as `dpgossip train --topology`");
+  flags->peers_opt = cmd->add_option("--peers", flags->peers, "with --topology: number of peers");
+  cmd->add_option("--topology-weights", flags->topology_weights,
+                  "with --topology: metropolis (default), uniform or lazy");
+  cmd->add_option("--topology-degree", flags->topology_degree,
+                  "with --topology random-regular: the degree");
+  cmd->add_option("--topology-seed", flags->topology_seed,
+                  "with --topology random-regular: the seed");
   cmd->callback([flags] { run_privacy(*flags); });
 }
 

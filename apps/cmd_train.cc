@@ -5,14 +5,15 @@
 
 #include <atomic>
 #include <ctime>
-#include <optional>
 #include <filesystem>
-#include <set>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <set>
 
 #include "apps/commands.h"
+#include "apps/config_flags.h"
 #include "apps/gossip_setup.h"
 #include "apps/guards.h"
 #include "apps/trace_output.h"
@@ -56,49 +57,30 @@ void install_stop_handlers() {
 
 struct TrainFlags {
   std::string config_file;
-  std::vector<std::string> values;  // one per config_fields() row: the text of its flag
+  ConfigFlags flags;  // every config_fields() row
   bool json = false;
   std::string hosts;            // hosts file: this process is one peer of it
   std::optional<int> rank;      // default: from the launcher's environment
   bool tls = false;             // TLS on every connection, with the hosts file's certificates
 };
 
-// "--dp" -> "--no-dp": the switch that turns a bool field off.
-std::string negated(const std::string& flag) { return "--no-" + flag.substr(2); }
-
 // Applies each flag that was given on the command line over the config read from the file.
 TrainConfig merge(const CLI::App& cmd, const TrainFlags& f) {
+  const Json file = f.config_file.empty() ? Json::object() : read_json_file(f.config_file);
   TrainConfig c = f.config_file.empty() ? TrainConfig{}
-                                         : train_config_from_json(read_json_file(f.config_file),
-                                                                  f.config_file + ":");
+                                         : train_config_from_json(file, f.config_file + ":");
+  std::set<std::string> set;  // the keys the file or a flag sets
+  if (file.is_object()) {
+    for (const auto& [key, value] : file.items()) set.insert(key);
+  }
   auto given = [&](const std::string& flag) { return cmd.get_option(flag)->count() > 0; };
   if (given("--noise-multiplier") && given("--target-epsilon")) {
     fail(Code::invalid_argument,
          "train: give --noise-multiplier or --target-epsilon, not both");
   }
-  const auto& fields = config_fields();
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    const ConfigField& field = fields[i];
-    std::string text;
-    if (field.is_bool) {
-      const bool on = given(field.flag), off = given(negated(field.flag));
-      if (on && off) {
-        fail(Code::invalid_argument,
-             "train: give " + field.flag + " or " + negated(field.flag) + ", not both");
-      }
-      if (!on && !off) continue;
-      text = on ? "true" : "false";
-    } else {
-      if (!given(field.flag)) continue;
-      text = f.values[i];
-    }
-    try {
-      field.parse(c, text);
-    } catch (const Error& e) {
-      fail(e.code(), "train: configuration /" + field.key + ": " + e.what());
-    }
-  }
+  apply_config_flags(cmd, f.flags, "train", c, set);
   if (given("--target-epsilon")) c.noise_multiplier = 0;  // calibrate to the new target
+  apply_no_dp_defaults(c, set);
   try {
     validate(c);
   } catch (const Error& e) {
@@ -325,18 +307,10 @@ void add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train with DP-SGD (defaults: the documented recipe)");
   cmd->add_option("--config", f->config_file, "JSON config file; flags override its fields");
   // One flag per config field, from the table; a bool field is a pair of switches.
-  const auto& fields = config_fields();
-  f->values.resize(fields.size());
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    const ConfigField& field = fields[i];
-    if (field.is_bool) {
-      cmd->add_flag(field.flag)->description(field.help + " (overrides " + field.key +
-                                             " in --config)");
-      cmd->add_flag(negated(field.flag))->description("turns " + field.flag + " off");
-    } else {
-      cmd->add_option(field.flag, f->values[i], field.help);
-    }
-  }
+  for (const ConfigField& field : config_fields()) f->flags.fields.push_back(&field);
+  add_config_flags(*cmd, f->flags, [](const ConfigField& field) {
+    return field.help + (field.is_bool ? " (overrides " + field.key + " in --config)" : "");
+  });
   cmd->add_flag("--json", f->json, "print the summary as one JSON object");
   cmd->add_option("--hosts", f->hosts, "hosts file; this process is one of its peers");
   cmd->add_option("--rank", f->rank,

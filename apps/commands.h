@@ -10,6 +10,7 @@ void add_prepare(CLI::App& app);
 void add_privacy(CLI::App& app);
 void add_topology(CLI::App& app);
 void add_train(CLI::App& app);
+void add_audit(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_bench_allreduce(CLI::App& bench);  // under bench
 void add_launch(CLI::App& app);

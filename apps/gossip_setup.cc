@@ -11,10 +11,6 @@
 namespace dpg::app {
 namespace {
 
-bool is_file(const std::string& name) {
-  return name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
-}
-
 std::vector<topology::Topology> graphs_for(const std::string& name, const TrainConfig& c,
                                            int world, const std::string& field,
                                            const Json& hosts_topology) {
@@ -30,27 +26,7 @@ std::vector<topology::Topology> graphs_for(const std::string& name, const TrainC
     return graphs_for(hosts_topology.get<std::string>(), c, world, "hosts file: topology",
                       Json());
   }
-  if (is_file(name)) {
-    return topology::from_json(read_json_file(name), name + ":", to_string(c.topology_weights));
-  }
-  const auto& kinds = topology::kinds();
-  if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) {
-    std::string list;
-    for (const auto& k : kinds) list += (list.empty() ? "" : ", ") + k;
-    fail(Code::invalid_argument, field + ": unknown topology \"" + name + "\" (kinds: " + list +
-                                     "; or a .json graph file)");
-  }
-  topology::GraphSpec spec;
-  spec.kind = name;
-  spec.peers = world;
-  spec.weights = to_string(c.topology_weights);
-  spec.degree = c.topology_degree;
-  spec.seed = c.topology_seed;
-  try {
-    return topology::make(spec);
-  } catch (const Error& e) {
-    fail(e.code(), field + ": " + e.what());
-  }
+  return gossip_graphs(name, c, world, field);
 }
 
 train::GossipPhase phase(double at, bool in_epochs, const std::string& name, const TrainConfig& c,
@@ -58,7 +34,7 @@ train::GossipPhase phase(double at, bool in_epochs, const std::string& name, con
   train::GossipPhase p;
   p.at = at;
   p.in_epochs = in_epochs;
-  p.label = is_file(name) ? "file:" + name : name;
+  p.label = is_graph_file(name) ? "file:" + name : name;
   p.period = graphs_for(name, c, world, field, hosts_topology);
   if (p.period.empty() || p.period.front().peers() != world) {
     fail(Code::invalid_argument,
@@ -83,6 +59,35 @@ std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world,
     phases.push_back(phase(e.at, e.in_epochs, e.graph, c, world, field, hosts_topology));
   }
   return phases;
+}
+
+bool is_graph_file(const std::string& name) {
+  return name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
+}
+
+std::vector<topology::Topology> gossip_graphs(const std::string& name, const TrainConfig& c,
+                                              int world, const std::string& field) {
+  if (is_graph_file(name)) {
+    return topology::from_json(read_json_file(name), name + ":", to_string(c.topology_weights));
+  }
+  const auto& kinds = topology::kinds();
+  if (std::find(kinds.begin(), kinds.end(), name) == kinds.end()) {
+    std::string list;
+    for (const auto& k : kinds) list += (list.empty() ? "" : ", ") + k;
+    fail(Code::invalid_argument, field + ": unknown topology \"" + name + "\" (kinds: " + list +
+                                     "; or a .json graph file)");
+  }
+  topology::GraphSpec spec;
+  spec.kind = name;
+  spec.peers = world;
+  spec.weights = to_string(c.topology_weights);
+  spec.degree = c.topology_degree;
+  spec.seed = c.topology_seed;
+  try {
+    return topology::make(spec);
+  } catch (const Error& e) {
+    fail(e.code(), field + ": " + e.what());
+  }
 }
 
 }  // namespace dpg::app

@@ -2,6 +2,7 @@
 // by kind, or read from JSON graph files.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "runtime/core/train_config.h"
@@ -14,5 +15,12 @@ namespace dpg::app {
 // graph (`hosts_topology`, null when the file has none). Errors name the field and the entry.
 std::vector<train::GossipPhase> gossip_phases(const TrainConfig& c, int world,
                                               const Json& hosts_topology = Json());
+
+// The period of one graph: a kind generated for `world` peers with the config's weight rule,
+// degree and seed, or a .json graph file (its own peers); errors name `field`.
+std::vector<topology::Topology> gossip_graphs(const std::string& name, const TrainConfig& c,
+                                              int world, const std::string& field);
+// Whether `name` names a JSON graph file rather than a kind.
+bool is_graph_file(const std::string& name);
 
 }  // namespace dpg::app

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   dpg::app::add_privacy(app);
   dpg::app::add_topology(app);
   dpg::app::add_train(app);
+  dpg::app::add_audit(app);
   dpg::app::add_bench(app);
   dpg::app::add_launch(app);
   try {

@@ -55,7 +55,8 @@ PrivacyPlan plan_privacy(const PlanInputs& in) {
   }
   p.worst_peer = static_cast<int>(std::max_element(p.peer_q.begin(), p.peer_q.end()) -
                                   p.peer_q.begin());
-  const bool local = in.release == Release::own || !in.distributed_noise;
+  const bool local = in.release == Release::own || !in.distributed_noise || in.target_messages;
+  p.target = in.target_messages ? "messages" : "model";
   p.noise_mode = local ? "local" : "distributed";
   if (!in.dp) return p;
   require(in.delta > 0 && in.delta < 1, "delta must be in (0, 1)");

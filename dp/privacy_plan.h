@@ -35,6 +35,10 @@ struct PlanInputs {
   bool dp = true;
   Release release = Release::summed;
   bool distributed_noise = true;     // summed only: false = local noise
+  // The party target_epsilon is for: false, the released model; true, every peer's messages.
+  // Summed release then needs local noise (each message carries the calibrated sigma), whatever
+  // distributed_noise says; with own release both parties already share one sigma.
+  bool target_messages = false;
   std::vector<double> shard_rows;    // every peer's training examples, in rank order
   double batch_size = 1;             // expected examples per step over all peers
   double epochs = 1;
@@ -48,6 +52,7 @@ struct PrivacyPlan {
   bool dp = true;
   Release release = Release::summed;
   std::string noise_mode;            // "distributed" or "local": what was actually done
+  std::string target = "model";      // "model" or "messages": whose epsilon sigma is calibrated for
   int peers = 1;
   double q = 0;                      // batch_size / all examples: an epoch is 1 / q steps
   long long steps = 0;               // steps every peer takes

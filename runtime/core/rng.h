@@ -55,6 +55,7 @@ inline constexpr std::uint64_t kSampler = 3;
 inline constexpr std::uint64_t kNoise = 4;
 inline constexpr std::uint64_t kShuffle = 5;
 inline constexpr std::uint64_t kPairing = 6;  // ad-psgd: which neighbour to average with
+inline constexpr std::uint64_t kValidation = 7;  // prepare: the rows held out for validation
 }  // namespace stream
 
 // Stream id for a purpose on one rank.

@@ -34,6 +34,12 @@ std::string to_string(PrivacyAccountant a) {
 std::string to_string(TransportMode m) {
   return std::string(EnumNames<TransportMode>::names[static_cast<int>(m)]);
 }
+std::string to_string(EvalSplit s) {
+  return std::string(EnumNames<EvalSplit>::names[static_cast<int>(s)]);
+}
+std::string to_string(PrivacyTarget t) {
+  return std::string(EnumNames<PrivacyTarget>::names[static_cast<int>(t)]);
+}
 
 namespace {
 
@@ -327,6 +333,9 @@ std::vector<ConfigField> make_table() {
             "sigma (noise sd is sigma * C; 0: calibrate to the target epsilon)", at_least(0)),
       field(&C::target_epsilon, "target_epsilon", "--target-epsilon",
             "calibrate sigma to this epsilon"),
+      field(&C::target, "target", "--target",
+            "whose epsilon --target-epsilon is: the released model's, or every peer's "
+            "messages' (allreduce then adds the full noise on every peer, as --noise-mode local)"),
       field(&C::delta, "delta", "--delta", "delta", probability()),
       field(&C::accountant, "accountant", "--accountant",
             "privacy accountant calibrating sigma and reporting epsilon: pld (privacy loss "
@@ -390,6 +399,14 @@ std::vector<ConfigField> make_table() {
       field(&C::run_name, "run_name", "--run-name", "the run id of the metrics lines (\"\": generated)")
           .per_peer(),
       field(&C::metrics, "metrics", "--metrics", "JSON-lines metrics file to append to (\"\": none)")
+          .per_peer(),
+      field(&C::eval_split, "eval_split", "--eval-split",
+            "what every epoch and the summary evaluate: the test split, or the validation rows "
+            "`prepare --validation N` held out (to tune on)")
+          .control(),
+      field(&C::report_dropped, "report_dropped", "--report-dropped",
+            "put this peer's counts of examples dropped for non-finite values and of skipped "
+            "batches in its metrics and summary (data-dependent, not covered by epsilon)")
           .per_peer(),
       field(&C::trace, "trace", "--trace", "Chrome trace file to write (\"\": none)").per_peer(),
       field(&C::checkpoint_dir, "checkpoint_dir", "--checkpoint-dir",
@@ -477,6 +494,22 @@ void validate(const TrainConfig& c) {
   if (c.checkpoint_dir.empty() && c.resume) bad("/resume: needs a checkpoint_dir to resume from");
   if (c.algo == Algo::allreduce && c.hierarchical && c.bucket_bytes > 0) {
     bad("/hierarchical: not with bucket_bytes (the buckets' all-reduce is flat)");
+  }
+}
+
+const Json& no_dp_defaults() {
+  // The recipe's model (784-256-10 tanh), so that the two runs differ by privacy alone.
+  static const Json defaults = {
+      {"epochs", 15}, {"batch_size", 128}, {"lr", 0.05}, {"lr_schedule", "cosine"}};
+  return defaults;
+}
+
+void apply_no_dp_defaults(TrainConfig& c, const std::set<std::string>& set) {
+  if (c.dp) return;
+  for (const auto& f : config_fields()) {
+    if (!no_dp_defaults().contains(f.key) || set.count(f.key)) continue;
+    const Json one = {{f.key, no_dp_defaults()[f.key]}};
+    f.read(c, JsonReader(one, "no_dp_defaults:"));
   }
 }
 

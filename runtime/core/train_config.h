@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,12 @@ enum class PrivacyAccountant { pld, rdp };
 // How peers talk: auto, shared memory with the peers the hosts file puts on this peer's host and
 // TCP with the rest; tcp or shm, one for every peer (shm refuses a peer on another host).
 enum class TransportMode { automatic, tcp, shm };
+// The split every epoch line and the summary evaluate: the test split, or the training rows that
+// `prepare --validation N` held out (what a configuration is tuned on).
+enum class EvalSplit { test, validation };
+// Whose epsilon target_epsilon calibrates: the released model's, or (the stronger promise) every
+// peer's messages' (docs/PRIVACY.md, "Who is protected from whom").
+enum class PrivacyTarget { model, messages };
 
 // The strings of each enum, in declaration order: what JSON, the flags and to_string use.
 template <class E> struct EnumNames;
@@ -66,6 +73,12 @@ template <> struct EnumNames<PrivacyAccountant> {
 template <> struct EnumNames<TransportMode> {
   static constexpr std::string_view names[] = {"auto", "tcp", "shm"};
 };
+template <> struct EnumNames<EvalSplit> {
+  static constexpr std::string_view names[] = {"test", "validation"};
+};
+template <> struct EnumNames<PrivacyTarget> {
+  static constexpr std::string_view names[] = {"model", "messages"};
+};
 
 std::string to_string(Algo a);
 std::string to_string(Activation a);
@@ -76,6 +89,8 @@ std::string to_string(LrSchedule s);
 std::string to_string(Init i);
 std::string to_string(PrivacyAccountant a);
 std::string to_string(TransportMode m);
+std::string to_string(EvalSplit s);
+std::string to_string(PrivacyTarget t);
 
 // "relu or tanh", "single, allreduce, ... or ad-psgd".
 template <class E> std::string enum_choices() {
@@ -126,6 +141,7 @@ struct TrainConfig {
   double clip_norm = 1.0;
   double noise_multiplier = 0.0;             // 0: calibrate to target_epsilon
   double target_epsilon = 3.0;
+  PrivacyTarget target = PrivacyTarget::model;  // whose epsilon target_epsilon is
   double delta = 1e-5;
   // Calibrates sigma to target_epsilon and computes every reported epsilon: pld (privacy loss
   // distributions, the tight default) or rdp (Renyi DP, as Opacus; needs more noise).
@@ -164,6 +180,11 @@ struct TrainConfig {
   // this many test rows (0: the consensus distance only; every epoch uses the whole split).
   int metrics_eval_rows = 1000;
   std::string run_name;                         // the "run" of every metrics line ("": generated)
+  EvalSplit eval_split = EvalSplit::test;       // what the epoch lines and the summary evaluate
+  // Put this peer's counts of examples dropped for a non-finite value and of batches skipped
+  // (every example non-finite) in its metrics lines and summary. Off by default: the counts
+  // depend on the private data and no noise covers them (docs/PRIVACY.md, outputs).
+  bool report_dropped = false;
   double timeout_s = 60;                     // every network wait, and the connection set-up
   TransportMode transport = TransportMode::automatic;  // shared memory on one host, else TCP
   std::string metrics = "runs/metrics.jsonl";  // JSON-lines file, appended ("" = none)
@@ -238,5 +259,12 @@ std::uint64_t training_settings_hash(const TrainConfig& c);
 void validate(const TrainConfig& c);
 // One line for the start of a run: "algo=gossip epochs=40 ..." (the noise seed is not shown).
 std::string describe(const TrainConfig& c);
+
+// The non-private baseline's own defaults (docs/RECIPE.md, "Without privacy"): the DP recipe's
+// learning rate and expected batch of 4096 suit noisy gradients, not plain SGD. A config with
+// dp false takes each of these that neither its file nor its flags set (`set` holds the keys
+// that were set); a DP config is returned unchanged.
+const Json& no_dp_defaults();
+void apply_no_dp_defaults(TrainConfig& c, const std::set<std::string>& set);
 
 }  // namespace dpg

@@ -1,6 +1,7 @@
 // load_prepared(): one peer's view of a folder written by prepare().
 #include "runtime/data/dataset.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "runtime/core/error.h"
@@ -34,6 +35,21 @@ Dataset load_split(const fs::path& dir, const Json& entry, const std::string& wh
 
 }  // namespace
 
+Dataset select_rows(const Dataset& source, const std::vector<std::size_t>& indices) {
+  Dataset out;
+  out.rows = indices.size();
+  out.cols = source.cols;
+  out.num_classes = source.num_classes;
+  out.features.resize(out.rows * out.cols);
+  out.labels.resize(out.rows);
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    std::copy_n(source.features.data() + indices[i] * out.cols, out.cols,
+                out.features.data() + i * out.cols);
+    out.labels[i] = source.labels[indices[i]];
+  }
+  return out;
+}
+
 Prepared load_prepared(const std::string& dir, int rank, int world) {
   const fs::path folder(dir);
   const std::string path = (folder / "manifest.json").string();
@@ -65,6 +81,9 @@ Prepared load_prepared(const std::string& dir, int rank, int world) {
   const int k = static_cast<int>(classes);
   p.train = load_split(folder, shards[rank], m.path("shards/" + std::to_string(rank)), c, k);
   p.test = load_split(folder, m.at("test"), m.path("test"), c, k);
+  if (p.manifest.contains("validation")) {
+    p.validation = load_split(folder, m.at("validation"), m.path("validation"), c, k);
+  }
   return p;
 }
 

@@ -18,10 +18,16 @@ struct Dataset {
   std::vector<std::int32_t> labels;  // (rows)
 };
 
+// The rows `indices` of `source`, in that order.
+Dataset select_rows(const Dataset& source, const std::vector<std::size_t>& indices);
+
 struct Prepared {
   Dataset train;
   Dataset test;
   nlohmann::json manifest;
+  // Training rows held out by `prepare --validation N` (rows 0 when the folder has none): the
+  // split to tune on, so that the test split is looked at once, for the chosen configuration.
+  Dataset validation = {};
 };
 
 // Loads shard `rank` of a folder written by prepare(), plus the (shared) test split. Verifies the
@@ -45,6 +51,11 @@ struct PrepareOptions {
   // "none"
   std::string normalize = "global";
   std::uint64_t seed = 0;
+  // Training rows held out as validation.bin before normalising and partitioning (0: none).
+  std::size_t validation_rows = 0;
+  // Each shard's label histogram in the manifest. Off by default: every peer reads the manifest,
+  // so the histograms would tell each peer the others' label mix (docs/PRIVACY.md, outputs).
+  bool label_histograms = false;
 };
 
 // Writes out_dir (shard-NNNNN.bin per peer, test.bin, manifest.json) through a temporary sibling

@@ -59,6 +59,23 @@ std::vector<std::size_t> iid_indices(std::size_t n, int rank, int world, std::ui
   return mine;
 }
 
+ValidationSplit split_validation(std::size_t n, std::size_t rows, std::uint64_t seed) {
+  if (rows >= n) {
+    fail(Code::invalid_argument, "validation: " + std::to_string(rows) +
+                                     " rows would leave none of the " + std::to_string(n) +
+                                     " training rows to train on");
+  }
+  Rng rng(seed, stream::kValidation);
+  std::vector<std::size_t> perm = shuffled_range(n, rng);
+  ValidationSplit s;
+  s.validation.assign(perm.begin(), perm.begin() + static_cast<std::ptrdiff_t>(rows));
+  s.train.assign(perm.begin() + static_cast<std::ptrdiff_t>(rows), perm.end());
+  // In file order, so each keeps the source's order and a row's neighbours stay its own.
+  std::sort(s.validation.begin(), s.validation.end());
+  std::sort(s.train.begin(), s.train.end());
+  return s;
+}
+
 std::vector<std::vector<std::size_t>> iid_partition(std::size_t n, int world, std::uint64_t seed) {
   check_world(world);
   Rng rng(seed, stream::kPartition);

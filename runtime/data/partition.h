@@ -20,6 +20,14 @@ struct PartitionSpec {
 // Parses "iid" or "dirichlet:ALPHA" (ALPHA > 0); throws invalid_argument otherwise.
 PartitionSpec parse_partition(const std::string& text);
 
+// The training rows held out for validation (`rows` of `n`, a seeded random choice on a stream of
+// its own, so the partition's permutation is unchanged) and those left to train on, each in file
+// order. Throws invalid_argument when no training row would be left.
+struct ValidationSplit {
+  std::vector<std::size_t> validation, train;
+};
+ValidationSplit split_validation(std::size_t n, std::size_t rows, std::uint64_t seed);
+
 // All `world` iid shards at once: shard r equals iid_indices(n, r, world, seed).
 std::vector<std::vector<std::size_t>> iid_partition(std::size_t n, int world, std::uint64_t seed);
 

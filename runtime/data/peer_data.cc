@@ -15,19 +15,7 @@ Prepared load_for_peer(const std::string& dir, int rank, int world, std::uint64_
   const long long shards = JsonReader(manifest, path + ":").integer("peers");
   if (shards == world || shards != 1) return load_prepared(dir, rank, world);
   Prepared whole = load_prepared(dir, 0, 1);
-  const auto rows = iid_indices(whole.train.rows, rank, world, seed);
-  Dataset mine;
-  mine.rows = rows.size();
-  mine.cols = whole.train.cols;
-  mine.num_classes = whole.train.num_classes;
-  mine.features.resize(mine.rows * mine.cols);
-  mine.labels.resize(mine.rows);
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    std::copy_n(whole.train.features.data() + rows[i] * mine.cols, mine.cols,
-                mine.features.data() + i * mine.cols);
-    mine.labels[i] = whole.train.labels[rows[i]];
-  }
-  whole.train = std::move(mine);
+  whole.train = select_rows(whole.train, iid_indices(whole.train.rows, rank, world, seed));
   return whole;
 }
 

@@ -182,15 +182,22 @@ void write_bytes(const fs::path& path, const std::vector<unsigned char>& bytes) 
 
 // Writes one split file and returns its manifest entry.
 Json write_split(const fs::path& dir, const std::string& file, const Dataset& source,
-                 std::span<const std::size_t> indices) {
+                 std::span<const std::size_t> indices, bool label_histogram) {
   const std::vector<unsigned char> bytes = encode_shard(source, indices);
   write_bytes(dir / file, bytes);
-  std::vector<std::int64_t> histogram(source.num_classes, 0);
-  for (std::size_t i : indices) ++histogram[source.labels[i]];
-  return {{"file", file},
-          {"rows", indices.size()},
-          {"label_histogram", histogram},
-          {"crc32", crc32_of(bytes)}};
+  Json entry = {{"file", file}, {"rows", indices.size()}, {"crc32", crc32_of(bytes)}};
+  if (label_histogram) {
+    std::vector<std::int64_t> histogram(source.num_classes, 0);
+    for (std::size_t i : indices) ++histogram[source.labels[i]];
+    entry["label_histogram"] = histogram;
+  }
+  return entry;
+}
+
+std::vector<std::size_t> all_rows(std::size_t n) {
+  std::vector<std::size_t> all(n);
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  return all;
 }
 
 std::string shard_name(int rank) {
@@ -213,9 +220,17 @@ void prepare(const PrepareOptions& o) {
   Inputs in = read_inputs(o);
   DPG_DEBUG("prepare: read " << in.train.rows << " train and " << in.test.rows << " test rows in "
                              << seconds_since(t0) << " s");
+  // Held out before anything is computed from the training rows, the normalisation included.
+  Dataset validation;
+  if (o.validation_rows > 0) {
+    const ValidationSplit split = split_validation(in.train.rows, o.validation_rows, o.seed);
+    validation = select_rows(in.train, split.validation);
+    in.train = select_rows(in.train, split.train);
+  }
   const NormStats stats = compute_norm_stats(in.train, o.normalize);
   apply_norm(stats, in.train);
   apply_norm(stats, in.test);
+  if (validation.rows > 0) apply_norm(stats, validation);
   const auto shards = make_partition(spec, in.train.labels, in.train.num_classes, o.peers, o.seed);
 
   Json manifest = {{"dpgossip_data_version", 1},
@@ -229,18 +244,24 @@ void prepare(const PrepareOptions& o) {
                    {"partition", o.partition},
                    {"seed", o.seed},
                    {"train_rows", in.train.rows},
+                   {"validation_rows", validation.rows},
+                   {"label_histograms", o.label_histograms},
                    {"shard_version", kShardVersion}};
   if (o.format == "csv") manifest["label_column"] = o.label_column;
 
   TempDir tmp(out);
   Json entries = Json::array();
   for (int r = 0; r < o.peers; ++r) {
-    entries.push_back(write_split(tmp.path(), shard_name(r), in.train, shards[r]));
+    entries.push_back(
+        write_split(tmp.path(), shard_name(r), in.train, shards[r], o.label_histograms));
   }
   manifest["shards"] = std::move(entries);
-  std::vector<std::size_t> all(in.test.rows);
-  std::iota(all.begin(), all.end(), std::size_t{0});
-  manifest["test"] = write_split(tmp.path(), "test.bin", in.test, all);
+  manifest["test"] =
+      write_split(tmp.path(), "test.bin", in.test, all_rows(in.test.rows), o.label_histograms);
+  if (validation.rows > 0) {
+    manifest["validation"] = write_split(tmp.path(), "validation.bin", validation,
+                                         all_rows(validation.rows), o.label_histograms);
+  }
   const std::string text = manifest.dump(2) + "\n";
   write_bytes(tmp.path() / "manifest.json", std::vector<unsigned char>(text.begin(), text.end()));
   tmp.commit();

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "dp/clip.h"
+#include "runtime/core/error.h"
 
 namespace dpg::train {
 
@@ -11,7 +12,12 @@ dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& 
                                      std::span<const std::int32_t> labels,
                                      dp::GaussianMechanism& mechanism, StepBuffers& buffers,
                                      StepStats& stats, const GradientSink& sink,
-                                     std::size_t part_values, trace::Tracer* tracer) {
+                                     std::size_t part_values, trace::Tracer* tracer,
+                                     const SumHook& before_noise) {
+  if (sink && before_noise) {
+    fail(Code::failed_precondition,
+         "private_gradient: a sum hook needs the whole sum, and a sink releases it in parts");
+  }
   const std::size_t batch = ws.batch;
   stats = StepStats{};
   stats.batch = batch;
@@ -66,6 +72,7 @@ dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& 
     }
   } else {
     model.accumulate_gradient(ws, scale, sum);
+    if (before_noise) before_noise(sum);
   }
   clipped_sum.end();
   trace::Span noise(tracer, "noise", "compute");

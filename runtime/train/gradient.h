@@ -33,6 +33,11 @@ struct StepBuffers {
 // bias, then its weight rows from the last).
 using GradientSink = std::function<void(const dp::PrivateGradient& part, std::size_t offset)>;
 
+// Sees the step's whole clipped sum (num_params) just before the noise, and may add to it: what
+// it adds is noised and released like the examples' share (the audit's gradient canaries,
+// runtime/train/audit_run.h). Not with a sink, which releases the sum before it is whole.
+using SumHook = std::function<void(std::span<float> sum)>;
+
 // ws.act[0] holds the batch (ws.batch rows); labels has ws.batch entries. With the mechanism
 // enabled each example's gradient is clipped to C before the sum; the sum is noised once.
 // With a sink, the clipped sum is made piece by piece from the end (the per-example norms, which
@@ -41,12 +46,14 @@ using GradientSink = std::function<void(const dp::PrivateGradient& part, std::si
 // weights in blocks of whole rows of about part_values values (0: the whole matrix), so that a
 // large layer goes out in pieces while the rest of it is summed. The values returned are the
 // same up to float summation order (a block of rows is its own matrix product). `tracer`
-// (optional) records the forward_backward, clip and noise spans.
+// (optional) records the forward_backward, clip and noise spans. `before_noise` (optional, not
+// with a sink) is called with the clipped sum before release().
 dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
                                      std::span<const std::int32_t> labels,
                                      dp::GaussianMechanism& mechanism, StepBuffers& buffers,
                                      StepStats& stats, const GradientSink& sink = {},
                                      std::size_t part_values = 0,
-                                     trace::Tracer* tracer = nullptr);
+                                     trace::Tracer* tracer = nullptr,
+                                     const SumHook& before_noise = {});
 
 }  // namespace dpg::train

@@ -16,6 +16,20 @@ void merge(Json& j, const Json& extra) {
   for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
 }
 
+// Keys that name the evaluated split say which it was: validation_accuracy, not test_accuracy,
+// for a run tuned on the validation rows.
+void name_split(Json& j, const std::string& split) {
+  if (split == "test") return;
+  for (const char* key : {"test_accuracy", "test_loss", "test_accuracy_last_iterate",
+                          "peer_test_accuracy", "peer_test_loss"}) {
+    if (!j.contains(key)) continue;
+    std::string renamed = key;
+    renamed.replace(renamed.find("test"), 4, split);
+    j[renamed] = std::move(j[key]);
+    j.erase(key);
+  }
+}
+
 }  // namespace
 
 Json EpochReport::to_json() const {
@@ -26,17 +40,22 @@ Json EpochReport::to_json() const {
             {"train_accuracy", train_accuracy},
             {"test_accuracy", test_accuracy},
             {"test_loss", test_loss},
+            {"train_metrics", "unprotected"},
             {"epsilon", finite_or_null(epsilon)},
             {"message_epsilon", finite_or_null(message_epsilon)},
             {"samples_per_second", timed_or_null(samples_per_second)},
-            {"dropped_examples", dropped_examples},
             {"lr", lr}};
+  if (report_dropped) {
+    j["dropped_examples"] = dropped_examples;
+    j["skipped_batches"] = skipped_batches;
+  }
   if (consensus_distance >= 0) {
     j["consensus_distance"] = consensus_distance;
     j["peer_test_accuracy"] = peer_test_accuracy;
     j["peer_test_loss"] = peer_test_loss;
   }
   merge(j, extra);
+  name_split(j, split);
   return j;
 }
 
@@ -45,7 +64,9 @@ Json ConsensusReport::to_json() const {
             {"round", round},
             {"epoch", epoch},
             {"wall_s", wall_s},
-            {"consensus_distance", consensus_distance}};
+            {"consensus_distance", consensus_distance},
+            {"epsilon", finite_or_null(epsilon)},
+            {"message_epsilon", finite_or_null(message_epsilon)}};
   if (eval_rows > 0) {
     j["eval_rows"] = eval_rows;
     j["test_accuracy"] = test_accuracy;
@@ -54,6 +75,7 @@ Json ConsensusReport::to_json() const {
     j["peer_test_loss"] = peer_test_loss;
   }
   merge(j, extra);
+  name_split(j, split);
   return j;
 }
 
@@ -65,6 +87,7 @@ Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) co
             {"peers", peers},
             {"algo", to_string(c.algo)},
             {"noise_mode", plan.noise_mode},
+            {"target", plan.target},
             {"peer_noise_multiplier", plan.peer_sigma},
             {"best_alpha", finite_or_null(best_alpha)},
             {"delta", c.delta},
@@ -77,7 +100,6 @@ Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) co
             {"steps", steps},
             {"samples_per_second", timed_or_null(samples_per_second)},
             {"wall_s", wall_s},
-            {"dropped_examples", dropped_examples},
             {"topology", to_string(c.algo)},
             // A summed algorithm averages exactly every step (rho 0, gap 1); the others say
             // their own (gossip) or have none.
@@ -86,6 +108,10 @@ Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) co
             {"accountant", accountant},
             {"config", dpg::to_json(c)}};
   if (!peer_epsilons.empty()) j["peer_epsilons"] = peer_epsilons;
+  if (c.report_dropped) {
+    j["dropped_examples"] = dropped_examples;
+    j["skipped_batches"] = skipped_batches;
+  }
   if (resumed_from >= 0) {
     j["resumed_from_step"] = resumed_from;
     j["replay_charged_steps"] = replay_charged_steps;
@@ -93,6 +119,7 @@ Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) co
   if (stopped_at >= 0) j["stopped_at_step"] = stopped_at;
   if (!peer_test_accuracy.empty()) j["peer_test_accuracy"] = peer_test_accuracy;
   merge(j, extra);
+  name_split(j, to_string(c.eval_split));
   if (c.dp && c.sampling != Sampling::poisson) {
     j["epsilon_note"] = "epsilon assumes Poisson sampling; this run used fixed-size shuffled batches";
   }
@@ -110,14 +137,18 @@ std::string progress_line(const EpochReport& r, int total_epochs) {
   char buf[320];
   const std::string eps = std::isfinite(r.epsilon) ? std::to_string(r.epsilon).substr(0, 6) : "inf";
   std::snprintf(buf, sizeof buf,
-                "epoch %3d/%d  loss %.4f  train acc %.2f%%  test acc %.2f%%  eps %s  %s",
-                r.epoch, total_epochs, r.loss, 100 * r.train_accuracy, 100 * r.test_accuracy,
-                eps.c_str(), throughput_text(r.samples_per_second).c_str());
+                "epoch %3d/%d  loss %.4f  train acc %.2f%%  %s acc %.2f%%  eps %s  %s",
+                r.epoch, total_epochs, r.loss, 100 * r.train_accuracy,
+                r.split == "test" ? "test" : "val", 100 * r.test_accuracy, eps.c_str(),
+                throughput_text(r.samples_per_second).c_str());
   std::string line = buf;
-  // Said every epoch, not only in --json: a model fed non-finite values should not look healthy.
-  if (r.dropped_examples > 0) {
+  // Said every epoch when asked for: a model fed non-finite values should not look healthy.
+  if (r.report_dropped && r.dropped_examples > 0) {
     line += "  (" + std::to_string(r.dropped_examples) +
             " examples dropped for a non-finite feature or gradient)";
+  }
+  if (r.report_dropped && r.skipped_batches > 0) {
+    line += "  (" + std::to_string(r.skipped_batches) + " batches skipped, all non-finite)";
   }
   return line;
 }

@@ -16,14 +16,24 @@ struct EpochReport {
   int epoch = 0;
   long long step = 0;
   double wall_s = 0;             // since the start of training
+  // Training loss and accuracy: this (the reporting) peer's own batches, before noise; not
+  // covered by epsilon, and marked so in the JSON ("train_metrics": "unprotected").
   double loss = 0;               // mean per-example training loss over the epoch's batches
   double train_accuracy = 0;     // over the epoch's batches, before each update
-  double test_accuracy = 0;      // of the released model (the parameter average when on)
+  // Of the released model (the parameter average when on) on `split`: "test", or "validation"
+  // (then the JSON keys say validation_* instead of test_*).
+  std::string split = "test";
+  double test_accuracy = 0;
   double test_loss = 0;
   double epsilon = 0;            // the released model's, spent so far (infinite when DP is off)
   double message_epsilon = 0;    // one peer's messages', spent so far
   double samples_per_second = 0; // training throughput, evaluation excluded (0: too short to time)
-  long long dropped_examples = 0;  // this epoch's, for a non-finite feature or gradient
+  // This epoch's examples dropped for a non-finite feature or gradient, and batches skipped since
+  // all of theirs were: in the JSON and the progress line only with report_dropped (they depend
+  // on the private data, and no noise covers them).
+  bool report_dropped = false;
+  long long dropped_examples = 0;
+  long long skipped_batches = 0;
   double lr = 0;
   // When the replicas differ (replicas_differ()): their spread and each peer's own model on the
   // test split (consensus_distance < 0 and the lists empty otherwise).
@@ -39,6 +49,8 @@ struct ConsensusReport {
   double epoch = 0;         // round * q
   double wall_s = 0;
   double consensus_distance = 0;
+  double epsilon = 0, message_epsilon = 0;  // spent after `round` steps (infinite without DP)
+  std::string split = "test";               // what test_* below evaluated
   // With metrics_eval_rows > 0: the peers' mean model (test_*) and each peer's own iterate
   // (peer_test_*) on the first eval_rows test rows.
   long long eval_rows = 0;
@@ -59,7 +71,8 @@ struct TrainSummary {
   long long steps = 0;
   double samples_per_second = 0;
   double wall_s = 0;
-  long long dropped_examples = 0;
+  long long dropped_examples = 0;  // reported with config.report_dropped only
+  long long skipped_batches = 0;
   std::vector<double> peer_test_accuracy;  // when the replicas differ: each peer's own model
   Json accountant;               // the accountant's state, for a checkpoint
   // Checkpoints (docs/RELIABILITY.md): the step this run resumed from (-1: it started afresh),

@@ -9,6 +9,15 @@
 namespace dpg::train {
 namespace {
 
+std::string show(const Json& v) { return v.is_null() ? "(none)" : shorten(v.dump()); }
+
+}  // namespace
+
+std::uint64_t secret_seed() {
+  std::random_device device;  // getrandom(2) on Linux
+  return (static_cast<std::uint64_t>(device()) << 32) ^ device() ^ 1;
+}
+
 model::MlpSpec spec_for(const TrainConfig& c, const data::Dataset& d) {
   model::MlpSpec s;
   s.inputs = static_cast<int>(d.cols);
@@ -17,15 +26,6 @@ model::MlpSpec spec_for(const TrainConfig& c, const data::Dataset& d) {
   s.activation = c.activation;
   return s;
 }
-
-std::uint64_t secret_seed() {
-  std::random_device device;  // getrandom(2) on Linux
-  return (static_cast<std::uint64_t>(device()) << 32) ^ device() ^ 1;
-}
-
-std::string show(const Json& v) { return v.is_null() ? "(none)" : shorten(v.dump()); }
-
-}  // namespace
 
 RunState::RunState(const TrainConfig& c, const data::Dataset& train, const dp::PrivacyPlan& plan,
                    int rank)
@@ -78,6 +78,8 @@ Checkpoint save_run_state(const RunState& s, const Progress& p, const RunIdentit
                    {"correct", p.correct},
                    {"dropped", p.dropped},
                    {"epoch_dropped_before", p.epoch_dropped_before},
+                   {"skipped", p.skipped},
+                   {"epoch_skipped_before", p.epoch_skipped_before},
                    {"samples", p.samples}};
   const double seconds[] = {p.loss_sum, p.train_seconds, p.wall_seconds};
   out.put("progress", std::span<const double>(seconds));
@@ -157,6 +159,8 @@ Progress restore_run_state(RunState& s, const Checkpoint& ck, const RunIdentity&
   p.correct = pr.integer("correct");
   p.dropped = pr.integer("dropped");
   p.epoch_dropped_before = pr.integer("epoch_dropped_before");
+  p.skipped = pr.integer("skipped");
+  p.epoch_skipped_before = pr.integer("epoch_skipped_before");
   p.samples = pr.integer("samples");
   double seconds[3];
   ck.get("progress", std::span<double>(seconds));

@@ -26,6 +26,11 @@
 
 namespace dpg::train {
 
+// A 64-bit seed from the OS (getrandom(2)), never 0: the secret noise and sampler seed.
+std::uint64_t secret_seed();
+// The MLP of config `c` for data shaped like `d`.
+model::MlpSpec spec_for(const TrainConfig& c, const data::Dataset& d);
+
 struct RunState {
   RunState(const TrainConfig& c, const data::Dataset& train, const dp::PrivacyPlan& plan,
            int rank);
@@ -59,6 +64,8 @@ struct Progress {
   long long seen = 0, correct = 0;
   long long dropped = 0;             // the run's dropped examples
   long long epoch_dropped_before = 0;  // the run's, when the current epoch began
+  long long skipped = 0;             // the run's batches skipped (every example non-finite)
+  long long epoch_skipped_before = 0;
   long long samples = 0;             // counted for the throughput, over finished epochs
   double train_seconds = 0;          // training time so far, evaluation excluded
   double wall_seconds = 0;           // since the run began (resumes included)

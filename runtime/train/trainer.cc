@@ -47,6 +47,10 @@ Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicat
     fail(Code::invalid_argument,
          "train: rank " + std::to_string(rank()) + "'s training shard is empty");
   }
+  if (config_.eval_split == EvalSplit::validation && data_.validation.rows == 0) {
+    fail(Code::invalid_argument, "/eval_split: the data folder " + config_.data +
+                                     " holds no validation rows (prepare it with --validation N)");
+  }
   // Every peer's shard size (public: the manifest has them), for the sampling rates.
   std::vector<double> rows(static_cast<std::size_t>(world()), 0.0);
   rows[static_cast<std::size_t>(rank())] = static_cast<double>(data_.train.rows);
@@ -61,6 +65,7 @@ Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicat
   in.dp = config_.dp;
   in.release = world() > 1 ? algo_info(config_.algo).release : dp::Release::summed;
   in.distributed_noise = config_.noise_mode == NoiseMode::distributed;
+  in.target_messages = config_.target == PrivacyTarget::messages;
   in.shard_rows = rows;
   in.batch_size = config_.batch_size;
   in.epochs = config_.epochs;
@@ -126,9 +131,11 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
       s.algorithm->on_gradient_part(t, part, offset);
     };
   }
+  SumHook before_noise;
+  if (sum_hook_) before_noise = [&](std::span<float> sum) { sum_hook_(t, sum); };
   const dp::PrivateGradient mine =
       private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats, sink,
-                       s.algorithm->gradient_part_values(), tracer_);
+                       s.algorithm->gradient_part_values(), tracer_, before_noise);
   // Exchange and update.
   trace::Span update(tracer_, "update", "compute");
   s.lr = scheduled_lr(c, t, plan_.steps);
@@ -147,8 +154,16 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
                             " (plain SGD diverged; lower --lr)");
   }
   if (stats.batch > 0 && stats.dropped == stats.batch) {
-    fail(Code::aborted, "train: every example of step " + std::to_string(t) +
-                            " had a non-finite gradient; the model diverged (lower --lr)");
+    // Not an abort, which every other peer would see: a fact about this peer's private batch.
+    // Its noised gradient was noise alone, as DP-SGD's mechanism gives for an empty batch; the
+    // skip is counted here and reported only with report_dropped.
+    if (summary.skipped_batches == 0) {
+      DPG_WARN("train: every example of step "
+               << t << " had a non-finite value and the batch was skipped (its update is noise "
+               << "alone); if this repeats the model has diverged (lower --lr). The count is "
+               << "kept on this peer" << (c.report_dropped ? "" : " (--report-dropped reports it)"));
+    }
+    ++summary.skipped_batches;
   }
   totals.loss_sum += stats.loss_sum;
   totals.correct += static_cast<long long>(stats.correct);
@@ -162,6 +177,10 @@ ConsensusReport Trainer::consensus(RunState& s, long long round, bool eval) cons
   r.round = round;
   r.epoch = static_cast<double>(round) * plan_.q;
   r.consensus_distance = consensus_distance(*comm_, s.model.params(), s.scratch);
+  const Spent e = spent(s, round);
+  r.epsilon = e.model.epsilon;
+  r.message_epsilon = e.messages;
+  r.split = to_string(config_.eval_split);
   s.algorithm->annotate(r.extra, round, false);
   if (eval && config_.metrics_eval_rows > 0) {
     // The mean of the iterates (left in s.scratch above), then each peer's own iterate.
@@ -177,6 +196,11 @@ ConsensusReport Trainer::consensus(RunState& s, long long round, bool eval) cons
   return r;
 }
 
+Trainer::Spent Trainer::spent(const RunState& s, long long t) const {
+  if (!plan_.dp) return {plan_.model_after(t), plan_.messages_after(t).epsilon};
+  return {s.accountant.spent(config_.delta), s.message_accountant.spent(config_.delta).epsilon};
+}
+
 EpochReport Trainer::evaluate_epoch(RunState& s, int epoch, long long t,
                                     const EpochTotals& totals) const {
   trace::Span span(tracer_, "eval", "eval");
@@ -189,11 +213,12 @@ EpochReport Trainer::evaluate_epoch(RunState& s, int epoch, long long t,
   r.step = t;
   r.loss = totals.seen > 0 ? totals.loss_sum / totals.seen : 0.0;
   r.train_accuracy = totals.seen > 0 ? static_cast<double>(totals.correct) / totals.seen : 0.0;
+  r.split = to_string(config_.eval_split);
   r.test_accuracy = accuracy_of(ev);
   r.test_loss = loss_of(ev);
-  r.epsilon = plan_.dp ? s.accountant.spent(config_.delta).epsilon : plan_.model_after(t).epsilon;
-  r.message_epsilon =
-      plan_.dp ? s.message_accountant.spent(config_.delta).epsilon : plan_.messages_after(t).epsilon;
+  const Spent e = spent(s, t);
+  r.epsilon = e.model.epsilon;
+  r.message_epsilon = e.messages;
   r.lr = s.lr;
   s.algorithm->annotate(r.extra, t, false);
   if (s.algorithm->replicas_differ() && comm_) {
@@ -203,7 +228,7 @@ EpochReport Trainer::evaluate_epoch(RunState& s, int epoch, long long t,
     r.consensus_distance = c.consensus_distance;
     // Each peer's own model (its average when on), on the whole test split.
     std::copy(mine.begin(), mine.end(), s.released.params().begin());
-    s.evaluator->per_peer(s.released, s.eval_ws, data_.test.rows, r.peer_test_accuracy,
+    s.evaluator->per_peer(s.released, s.eval_ws, eval_data().rows, r.peer_test_accuracy,
                           r.peer_test_loss);
   }
   return r;
@@ -224,7 +249,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
   model::set_blas_threads(c.threads);
   state_ = std::make_unique<RunState>(c, data_.train, plan_, rank());
   RunState& s = *state_;
-  s.evaluator.emplace(data_.test, comm_);
+  s.evaluator.emplace(eval_data(), comm_);
   if (comm_ && c.init == Init::same) {
     // Seeded initialisation already agrees; the broadcast makes it so whatever the build.
     comm_->broadcast(std::as_writable_bytes(std::span<float>(s.model.params())), 0);
@@ -284,6 +309,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
       p.seen = totals.seen;
       p.correct = totals.correct;
       p.dropped = summary.dropped_examples;
+      p.skipped = summary.skipped_batches;
       report_consensus(p.step + 1);
     }
     if (summary.stopped_at >= 0) break;
@@ -299,7 +325,9 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     EpochReport r = evaluate_epoch(s, epoch, p.step, {p.loss_sum, p.seen, p.correct});
     r.wall_s = seconds_since(s.start);
     r.samples_per_second = throughput(static_cast<double>(p.samples), p.train_seconds);
+    r.report_dropped = c.report_dropped;
     r.dropped_examples = p.dropped - p.epoch_dropped_before;
+    r.skipped_batches = p.skipped - p.epoch_skipped_before;
     if (tracer_ && std::isfinite(r.epsilon)) tracer_->counter("epsilon", r.epsilon);
     on_epoch(r);
     summary.test_accuracy = r.test_accuracy;
@@ -307,17 +335,17 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     p.loss_sum = 0;
     p.seen = p.correct = 0;
     p.epoch_dropped_before = p.dropped;
+    p.epoch_skipped_before = p.skipped;
   }
   const long long taken = p.step + summary.replay_charged_steps;
   if (summary.stopped_at < 0) {
     s.algorithm->release(s.model.params(), s.released.params());
     summary.test_accuracy_last_iterate = accuracy_of(s.evaluator->shared(s.released, s.eval_ws));
   }
-  const auto spent = c.dp ? s.accountant.spent(c.delta) : plan_.model_after(taken);
-  summary.epsilon = spent.epsilon;
-  summary.best_alpha = spent.best_alpha;
-  summary.message_epsilon = c.dp ? s.message_accountant.spent(c.delta).epsilon
-                                 : plan_.messages_after(taken).epsilon;
+  const Spent e = spent(s, taken);
+  summary.epsilon = e.model.epsilon;
+  summary.best_alpha = e.model.best_alpha;
+  summary.message_epsilon = e.messages;
   if (plan_.release == dp::Release::own && world() > 1) {
     summary.peer_epsilons = plan_.peer_epsilons_after(taken);
   }
@@ -325,6 +353,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
   summary.samples_per_second = throughput(static_cast<double>(p.samples), p.train_seconds);
   summary.wall_s = seconds_since(s.start);
   summary.dropped_examples = p.dropped;
+  summary.skipped_batches = p.skipped;
   summary.accountant = s.accountant.to_json();
   return summary;
 }

@@ -51,12 +51,22 @@ class Trainer {
   // Called with t before step t (tests slow one peer down, or make it fail mid-run, with it).
   // Set before run().
   void set_step_hook(std::function<void(long long t)> hook) { step_hook_ = std::move(hook); }
+  // Called in step t with this peer's clipped sum just before the noise (gradient.h, SumHook):
+  // what it adds is noised and released as the examples' share is. For the audit's gradient
+  // canaries; not with an algorithm that streams its gradient. Set before run().
+  void set_sum_hook(std::function<void(long long t, std::span<float> sum)> hook) {
+    sum_hook_ = std::move(hook);
+  }
   // A flag a signal handler sets (async-signal-safe: a lock-free atomic); read at each stop
   // check. Must outlive run().
   void set_stop_flag(const std::atomic<bool>* flag) { stop_flag_ = flag; }
 
   const TrainConfig& config() const { return config_; }
   const dp::PrivacyPlan& plan() const { return plan_; }
+  // The split the run evaluates (config eval_split): test, or the held-out validation rows.
+  const data::Dataset& eval_data() const {
+    return config_.eval_split == EvalSplit::validation ? data_.validation : data_.test;
+  }
   double sample_rate() const { return plan_.q; }
   long long total_steps() const { return plan_.steps; }
   double noise_multiplier() const { return plan_.sigma; }
@@ -75,6 +85,13 @@ class Trainer {
   EpochReport evaluate_epoch(RunState& s, int epoch, long long t, const EpochTotals& totals) const;
   // The spread of the peers' models, and with `eval` the models on metrics_eval_rows test rows.
   ConsensusReport consensus(RunState& s, long long round, bool eval) const;
+  // What the released model and one peer's messages have spent after `t` steps: the run's
+  // accountants under DP (replayed steps included), else the plan's infinite epsilon.
+  struct Spent {
+    dp::PrivacySpent model;
+    double messages = 0;
+  };
+  Spent spent(const RunState& s, long long t) const;
   void log_start() const;
   // The last step of `epoch` (1-based; 0 gives 0).
   long long epoch_end(int epoch) const;
@@ -104,6 +121,7 @@ class Trainer {
   dp::PrivacyPlan plan_;
   std::unique_ptr<RunState> state_;  // kept after run() for params()
   std::function<void(long long t)> step_hook_;
+  std::function<void(long long t, std::span<float> sum)> sum_hook_;
   const std::atomic<bool>* stop_flag_ = nullptr;
   std::unique_ptr<CheckpointDir> checkpoints_;
   long long start_step_ = 0;       // where this run began (0, or the step it resumed from)

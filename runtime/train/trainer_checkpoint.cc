@@ -131,6 +131,7 @@ Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
   start_step_ = p.step;
   summary.resumed_from = p.step;
   summary.dropped_examples = p.dropped;
+  summary.skipped_batches = p.skipped;
   const long long replayed = std::max(0LL, reach - p.step);
   if (replayed > 0 && !exact && c.dp) {
     s.accountant.step(plan_.accountant_q(), plan_.model_sigma, replayed);

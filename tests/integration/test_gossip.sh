@@ -42,6 +42,17 @@ assert all(c["consensus_distance"] > 0 for c in cons[1:])
 assert all(c["eval_rows"] == 1000 and len(c["peer_test_accuracy"]) == 8 for c in cons), cons[0]
 assert cons[-1]["test_accuracy"] > 0.6 and min(cons[-1]["peer_test_accuracy"]) > 0.6, cons[-1]
 epochs = [l for l in lines if l["kind"] == "epoch"]
+# Per-party epsilons on every line: 0 before the first step, then growing with the rounds, the
+# consensus line of an epoch-end round equal to that epoch line, the last epoch line the summary.
+assert cons[0]["epsilon"] == 0 and cons[0]["message_epsilon"] == 0, cons[0]
+assert all(a["epsilon"] < b["epsilon"] for a, b in zip(cons[1:], cons[2:]))
+at_epoch = {e["step"]: e for e in epochs}
+shared = [c for c in cons if c["round"] in at_epoch]
+assert shared, [e["step"] for e in epochs]
+for c in shared:
+    e = at_epoch[c["round"]]
+    assert c["epsilon"] == e["epsilon"] and c["message_epsilon"] == e["message_epsilon"], (c, e)
+assert epochs[-1]["epsilon"] == ring["epsilon"] and cons[-1]["epsilon"] <= ring["epsilon"]
 assert all(len(e["peer_test_accuracy"]) == 8 and e["consensus_distance"] > 0 for e in epochs)
 
 # The swap: ring for the first epoch, then the exponential graph, at the same round everywhere.

@@ -87,6 +87,38 @@ expect_error --target-epsilon "$exe" privacy --accountant rdp --sample-rate 0.01
 expect_error --accountant "$exe" privacy --accountant prv --sample-rate 0.1 --noise-multiplier 1 \
   --steps 10 --delta 1e-5
 
+# Pairwise network DP of gossip (docs/GOSSIP.md). Ring of 4, Metropolis weights: the opposite
+# peer sees u's gradient masked by both neighbours' noise, sigma_eff = sigma sqrt(3); a neighbour
+# gets the local epsilon; every entry is at most the local one.
+out=$("$exe" privacy --sample-rate 0.05 --noise-multiplier 2 --steps 200 --delta 1e-5 \
+  --topology ring --peers 4 --json)
+"$py" - "$out" <<'PY' || fail "network DP on the ring of 4: $out"
+import json, math, sys
+j = json.loads(sys.argv[1]); n = j["network"]
+local = j["epsilon"]
+assert n["peers"] == 4 and n["local_epsilon"] == local
+assert abs(n["noise_multiplier"][0][2] - 2 * math.sqrt(3)) < 1e-9
+assert n["epsilon"][0][1] == local and n["epsilon"][1][0] == local and n["epsilon"][2][2] == local
+assert n["epsilon"][0][2] < 0.8 * local
+assert all(e <= local for row in n["epsilon"] for e in row)
+assert [r["distance"] for r in n["by_distance"]] == [1, 2]
+assert n["by_distance"][1]["worst_epsilon"] == max(n["epsilon"][u][(u + 2) % 4] for u in range(4))
+PY
+# The text output: one line per graph distance, the worst epsilon beside the local one.
+text=$("$exe" privacy --sample-rate 0.05 --noise-multiplier 2 --steps 200 --delta 1e-5 \
+  --topology ring --peers 8)
+grep -Eq '^ +4 +8 +[0-9.]+ +[0-9.]+' <<<"$text" || fail "no distance-4 row on the ring of 8: $text"
+expect_error --peers "$exe" privacy --sample-rate 0.1 --noise-multiplier 1 --steps 10 --delta 1e-5 \
+  --topology ring
+expect_error --topology "$exe" privacy --sample-rate 0.1 --noise-multiplier 1 --steps 10 --delta 1e-5 \
+  --peers 4
+expect_error --topology "$exe" privacy --sample-rate 0.1 --noise-multiplier 1 --steps 10 --delta 1e-5 \
+  --topology one-peer-exponential --peers 8
+expect_error --topology "$exe" privacy --sample-rate 0.1 --noise-multiplier 1 --steps 10 --delta 1e-5 \
+  --topology moebius --peers 8
+expect_error --peers "$exe" privacy --sample-rate 0.1 --noise-multiplier 1 --steps 10 --delta 1e-5 \
+  --topology ring --peers 1000
+
 # A best order at the edge of the grid is reported with a warning on stderr.
 err=$(env -u DPG_LOG "$exe" privacy --accountant rdp --sample-rate 0.001 --noise-multiplier 5 --steps 10 \
   --delta 1e-5 2>&1 >/dev/null)

@@ -1,4 +1,4 @@
-// Shared by the collective tests: an n-peer in-process world, one thread per rank.
+// Shared by the collective and gossip tests: an n-peer in-process world, one thread per rank.
 #pragma once
 
 #include <chrono>
@@ -12,18 +12,16 @@
 
 namespace dpg::test {
 
-// Runs body(comm) on every rank of an n-peer in-process world, one thread each; rethrows the
-// first failure.
-inline void run_world(int n, collective::Options options,
-                      const std::function<void(collective::Communicator&)>& body) {
+// Runs body(rank, transport) on every rank of an n-peer in-process world, one thread each;
+// rethrows the first failure.
+inline void run_transports(int n, const std::function<void(int, net::Transport&)>& body) {
   net::InprocFabric fabric(n, std::chrono::seconds(20));
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(n);
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        collective::Communicator comm(fabric.peer(r), options);
-        body(comm);
+        body(r, fabric.peer(r));
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -33,6 +31,15 @@ inline void run_world(int n, collective::Options options,
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
+}
+
+// The same with a Communicator over each rank's transport: body(comm).
+inline void run_world(int n, collective::Options options,
+                      const std::function<void(collective::Communicator&)>& body) {
+  run_transports(n, [&](int, net::Transport& t) {
+    collective::Communicator comm(t, options);
+    body(comm);
+  });
 }
 
 }  // namespace dpg::test

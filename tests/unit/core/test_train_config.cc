@@ -71,6 +71,9 @@ dpg::TrainConfig unusual() {
   c.checkpoint_keep = 5;
   c.resume = true;
   c.stop_check_every = 4;
+  c.target = dpg::PrivacyTarget::messages;
+  c.eval_split = dpg::EvalSplit::validation;
+  c.report_dropped = true;
   return c;
 }
 
@@ -157,10 +160,12 @@ TEST_CASE("train config: secure noise refuses a fixed noise seed, naming it") {
 TEST_CASE("train config: the hash ignores exactly the per-peer fields") {
   const std::set<std::string> per_peer = {"data",     "threads", "metrics",
                                           "noise_seed", "run_name", "trace",
-                                          "checkpoint_dir", "insecure_fixed_seed"};
+                                          "checkpoint_dir", "insecure_fixed_seed",
+                                          "report_dropped"};
   // Shared, but free to change when a run is resumed: not in the checkpoint's hash.
   const std::set<std::string> control = {"timeout_s", "checkpoint_every", "checkpoint_keep",
-                                         "resume", "stop_check_every", "transport"};
+                                         "resume", "stop_check_every", "transport",
+                                         "eval_split"};
   dpg::TrainConfig base;
   base.checkpoint_dir = "ck";  // per peer; lets checkpoint_every and resume be set alone
   const dpg::TrainConfig other = unusual();
@@ -252,4 +257,25 @@ TEST_CASE("train config: flag text errors") {
                        doctest::Contains("expected same or independent"), dpg::Error);
   by_key("hidden").parse(c, "256,256");
   CHECK(c.hidden == std::vector<int>{256, 256});
+}
+
+TEST_CASE("train config: --no-dp takes the baseline's own defaults for what was not set") {
+  dpg::TrainConfig c;
+  c.dp = false;
+  c.lr = 0.3;  // set by the user
+  dpg::apply_no_dp_defaults(c, {"dp", "lr"});
+  CHECK(c.lr == 0.3);
+  CHECK(c.batch_size == 128);
+  CHECK(c.epochs == 15);
+  CHECK(c.lr_schedule == dpg::LrSchedule::cosine);
+  CHECK(c.hidden == std::vector<int>{256});  // the recipe's model
+  // Every key of the table is a config field, and a DP config is left alone.
+  for (const auto& [key, value] : dpg::no_dp_defaults().items()) {
+    bool found = false;
+    for (const auto& f : dpg::config_fields()) found = found || f.key == key;
+    CHECK_MESSAGE(found, key);
+  }
+  dpg::TrainConfig d;
+  dpg::apply_no_dp_defaults(d, {});
+  CHECK(dpg::to_json(d) == dpg::to_json(dpg::TrainConfig{}));
 }

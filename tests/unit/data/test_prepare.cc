@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "runtime/data/dataset.h"
+#include "runtime/data/partition.h"
 #include "tests/unit/data/data_test_util.h"
 
 using namespace dpg::data;
@@ -103,9 +104,70 @@ TEST_CASE("prepare idx + load_prepared: shards are the iid rows, normalised with
   const Prepared p = load_prepared(t.file("out"), 0, peers);
   CHECK(p.manifest["peers"] == peers);
   CHECK(p.manifest["train_rows"] == kTrain);
-  CHECK(p.manifest["test"]["label_histogram"][2] == 2);
+  // No label histograms unless asked: every peer reads the manifest.
+  CHECK_FALSE(p.manifest["test"].contains("label_histogram"));
+  CHECK_FALSE(p.manifest["shards"][0].contains("label_histogram"));
+  CHECK(p.validation.rows == 0);
   CHECK(p.manifest["shards"].size() == static_cast<std::size_t>(peers));
   CHECK(hidden_entries(t.path()).empty());
+}
+
+TEST_CASE("prepare --label-histograms writes each split's counts") {
+  TempFolder t("prep_hist");
+  write_idx_set(t.path() / "idx");
+  PrepareOptions o = idx_options(t, 2);
+  o.label_histograms = true;
+  prepare(o);
+  const Prepared p = load_prepared(t.file("out"), 0, 2);
+  CHECK(p.manifest["test"]["label_histogram"] == nlohmann::json({1, 1, 2, 0, 0, 0, 0, 0, 0, 0}));
+  std::int64_t counted = 0;
+  for (const auto& shard : p.manifest["shards"]) {
+    for (const auto& n : shard["label_histogram"]) counted += n.get<std::int64_t>();
+  }
+  CHECK(counted == kTrain);
+}
+
+TEST_CASE("prepare --validation holds out training rows before normalising and partitioning") {
+  TempFolder t("prep_val");
+  write_idx_set(t.path() / "idx");
+  PrepareOptions o = idx_options(t, 2);
+  o.validation_rows = 3;
+  prepare(o);
+  const ValidationSplit split = split_validation(kTrain, 3, 7);
+  REQUIRE(split.validation.size() == 3);
+  // The statistics of the rows left to train on only.
+  double sum = 0, sq = 0;
+  const double n = static_cast<double>(split.train.size() * kPixels);
+  for (std::size_t i : split.train) {
+    for (std::uint32_t c = 0; c < kPixels; ++c) sum += train_pixel(i, c) / 255.0;
+  }
+  const double mean = sum / n;
+  for (std::size_t i : split.train) {
+    for (std::uint32_t c = 0; c < kPixels; ++c) sq += std::pow(train_pixel(i, c) / 255.0 - mean, 2);
+  }
+  const double sd = std::sqrt(sq / n);
+  const Prepared p0 = load_prepared(t.file("out"), 0, 2);
+  const Prepared p1 = load_prepared(t.file("out"), 1, 2);
+  CHECK(p0.manifest["train_rows"] == kTrain - 3);
+  CHECK(p0.manifest["validation_rows"] == 3);
+  CHECK(p0.train.rows + p1.train.rows == kTrain - 3);
+  REQUIRE(p0.validation.rows == 3);
+  for (std::size_t r = 0; r < 3; ++r) {
+    const std::size_t src = split.validation[r];
+    CHECK(p0.validation.labels[r] == train_label(src));
+    const double want = (train_pixel(src, 4) / 255.0 - mean) / sd;
+    CHECK(p0.validation.features[r * kPixels + 4] == doctest::Approx(want).epsilon(1e-5));
+  }
+  // No validation row is trained on: every training row's label and first pixel match a row
+  // outside the held-out ones (the synthetic rows are all distinct in pixel 0).
+  for (const Prepared* p : {&p0, &p1}) {
+    for (std::size_t r = 0; r < p->train.rows; ++r) {
+      const float x = p->train.features[r * kPixels];
+      for (std::size_t v = 0; v < 3; ++v) CHECK(x != p0.validation.features[v * kPixels]);
+    }
+  }
+  o.validation_rows = kTrain;
+  CHECK_THROWS_WITH_AS(prepare(o), doctest::Contains("would leave none"), dpg::Error);
 }
 
 TEST_CASE("prepare csv: per-feature normalisation from train only, constant column -> std 1") {

@@ -14,6 +14,7 @@
 
 #include "dp/accountant.h"
 #include "runtime/core/error.h"
+#include "tests/unit/dp/errors.h"
 
 namespace dp = dpg::dp;
 using ld = long double;
@@ -114,21 +115,8 @@ double rel_err(double got, ld want) {
   return static_cast<double>(std::fabs((static_cast<ld>(got) - want) / want));
 }
 
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const dpg::Error& e) {
-    CHECK(e.code() == dpg::Code::invalid_argument);
-    return e.what();
-  }
-  FAIL("expected a dpg::Error");
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using dpg::testing::contains;
+using dpg::testing::error_message;
 
 }  // namespace
 

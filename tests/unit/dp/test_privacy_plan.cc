@@ -64,6 +64,26 @@ TEST_CASE("summed, local noise: each message carries sigma, the sum sigma * sqrt
   CHECK(p.model_after(p.steps).epsilon < p.messages_after(p.steps).epsilon);
 }
 
+TEST_CASE("target messages: summed release meets the target in every message") {
+  auto in = inputs(dp::Release::summed, {15000, 15000, 15000, 15000});
+  in.target_messages = true;  // with distributed_noise still true
+  const auto p = dp::plan_privacy(in);
+  CHECK(p.target == "messages");
+  CHECK(p.noise_mode == "local");
+  CHECK(p.message_sigma == p.sigma);
+  CHECK(p.model_sigma == doctest::Approx(2 * p.sigma));
+  const double msg = p.messages_after(p.steps).epsilon;
+  CHECK(msg <= 3.0);
+  CHECK(msg > 2.9);  // calibrated for the messages, not over-noised
+  CHECK(p.model_after(p.steps).epsilon < msg);
+  // The default targets the model: its messages alone are then far weaker.
+  in.target_messages = false;
+  const auto m = dp::plan_privacy(in);
+  CHECK(m.target == "model");
+  CHECK(m.model_after(m.steps).epsilon > 2.9);
+  CHECK(m.messages_after(m.steps).epsilon > 6.0);
+}
+
 TEST_CASE("own release: each peer samples its own shard and the worst rate sets sigma") {
   auto in = inputs(dp::Release::own, {10000, 20000, 15000, 15000});
   in.distributed_noise = true;  // ignored: nothing sums the noise

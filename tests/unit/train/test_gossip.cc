@@ -4,8 +4,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <functional>
-#include <thread>
 #include <vector>
 
 #include "runtime/collective/communicator.h"
@@ -14,31 +12,14 @@
 #include "runtime/core/rng.h"
 #include "runtime/net/inproc/inproc_transport.h"
 #include "runtime/train/gossip.h"
+#include "tests/unit/collective/world.h"
 #include "topology/generators.h"
 
 namespace {
 
 using namespace dpg;
 
-// Runs body(rank, transport) on every rank of an n-peer in-process world; rethrows a failure.
-void run_world(int n, const std::function<void(int, net::Transport&)>& body) {
-  net::InprocFabric fabric(n, std::chrono::seconds(20));
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r, fabric.peer(r));
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using test::run_transports;
 
 std::vector<float> random_model(int rank, std::size_t count) {
   Rng rng(77 + rank);
@@ -66,7 +47,7 @@ Trace gossip(const std::string& kind, int n, int rounds, std::size_t count,
              std::size_t chunk_bytes) {
   Trace trace;
   std::vector<std::vector<double>> dist(n);
-  run_world(n, [&](int rank, net::Transport& t) {
+  run_transports(n, [&](int rank, net::Transport& t) {
     collective::Communicator comm(t);
     train::Gossip g(t, train::make_schedule(one_phase(kind, n), 1.0), count, chunk_bytes);
     std::vector<float> x = random_model(rank, count), mean;
@@ -135,7 +116,7 @@ TEST_CASE("one-peer exponential gossip averages exactly in log2(n) rounds") {
 
 TEST_CASE("a topology of another size than the world is refused") {
   CHECK_THROWS_WITH_AS(
-      run_world(4, [](int, net::Transport& t) {
+      run_transports(4, [](int, net::Transport& t) {
         train::Gossip g(t, train::make_schedule(one_phase("ring", 5), 1.0), 10);
       }),
       doctest::Contains("5 peers but the run has 4"), Error);
@@ -169,7 +150,7 @@ TEST_CASE("the neighbour exchange holds a fixed window of chunks, whatever the m
   std::vector<std::vector<float>> models(n), mixed(n);
   for (int r = 0; r < n; ++r) models[r] = random_model(r, count);
   std::vector<std::size_t> buffered(n);
-  run_world(n, [&](int rank, net::Transport& t) {
+  run_transports(n, [&](int rank, net::Transport& t) {
     collective::NeighbourExchange ex(t, chunk_bytes, window);
     const int left = (rank + n - 1) % n, right = (rank + 1) % n;
     const std::vector<int> peers = {left, right};

@@ -6,16 +6,53 @@
 
 using namespace dpg::train;
 
-TEST_CASE("report: dropped examples appear on the epoch line, not only in JSON") {
+TEST_CASE("report: dropped examples and skipped batches appear only when asked for") {
   EpochReport r;
   r.epoch = 1;
   r.samples_per_second = 1000;
   r.dropped_examples = 3;
+  r.skipped_batches = 2;
+  // Not by default: the counts depend on the private data and no noise covers them.
+  CHECK(progress_line(r, 2).find("dropped") == std::string::npos);
+  CHECK_FALSE(r.to_json().contains("dropped_examples"));
+  CHECK_FALSE(r.to_json().contains("skipped_batches"));
+  r.report_dropped = true;
   const std::string line = progress_line(r, 2);
   CHECK(line.find("3 examples dropped") != std::string::npos);
+  CHECK(line.find("2 batches skipped") != std::string::npos);
   CHECK(r.to_json()["dropped_examples"] == 3);
+  CHECK(r.to_json()["skipped_batches"] == 2);
   r.dropped_examples = 0;
   CHECK(progress_line(r, 2).find("dropped") == std::string::npos);
+  // The summary likewise, by the config.
+  TrainSummary s;
+  s.dropped_examples = 5;
+  dpg::TrainConfig c;
+  dpg::dp::PrivacyPlan plan;
+  CHECK_FALSE(s.to_json(c, plan).contains("dropped_examples"));
+  c.report_dropped = true;
+  CHECK(s.to_json(c, plan)["dropped_examples"] == 5);
+}
+
+TEST_CASE("report: training metrics are marked unprotected; a validation run names its split") {
+  EpochReport r;
+  r.test_accuracy = 0.5;
+  CHECK(r.to_json()["train_metrics"] == "unprotected");
+  CHECK(r.to_json()["test_accuracy"] == 0.5);
+  r.split = "validation";
+  CHECK(r.to_json()["validation_accuracy"] == 0.5);
+  CHECK_FALSE(r.to_json().contains("test_accuracy"));
+  CHECK(progress_line(r, 1).find("val acc 50.00%") != std::string::npos);
+  TrainSummary s;
+  s.test_accuracy = 0.25;
+  s.test_accuracy_last_iterate = 0.2;
+  dpg::TrainConfig c;
+  c.eval_split = dpg::EvalSplit::validation;
+  dpg::dp::PrivacyPlan plan;
+  const auto j = s.to_json(c, plan);
+  CHECK(j["validation_accuracy"] == 0.25);
+  CHECK(j["validation_accuracy_last_iterate"] == 0.2);
+  CHECK_FALSE(j.contains("test_accuracy"));
 }
 
 TEST_CASE("report: a run too short to time says so; its throughput is null, never 0") {
