@@ -1,8 +1,10 @@
 #include "dp/mechanism.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "dp/noise.h"
+#include "dp/skellam.h"
 #include "runtime/core/error.h"
 
 namespace dpg::dp {
@@ -20,7 +22,17 @@ GaussianMechanism::GaussianMechanism(std::size_t num_params, MechanismOptions op
                                      std::to_string(options_.noise_multiplier));
   }
   if (options_.enabled && options_.secure_noise) secure_key_ = NoiseKey::from_os();
+  if (options_.enabled && options_.secure_aggregation) {
+    if (!(options_.grid_scale >= 1) || !(options_.skellam_mu >= 0)) {
+      fail(Code::invalid_argument, "secure aggregation: grid_scale must be >= 1 and skellam_mu "
+                                   ">= 0, got " + std::to_string(options_.grid_scale) + " and " +
+                                       std::to_string(options_.skellam_mu));
+    }
+    grid_.resize(num_params);
+  }
 }
+
+bool GaussianMechanism::on_grid() const { return options_.enabled && options_.secure_aggregation; }
 
 PrivateGradient PrivateGradient::part(std::size_t offset, std::size_t count) const {
   if (offset > values_.size() || count > values_.size() - offset) {
@@ -62,6 +74,9 @@ void GaussianMechanism::noise(std::size_t begin, std::size_t end) {
 }
 
 PrivateGradient GaussianMechanism::release_range(std::size_t begin, std::size_t end) {
+  if (on_grid()) {
+    fail(Code::failed_precondition, "release_range: secure aggregation releases the whole sum");
+  }
   if (begin > end || end > buffer_.size()) {
     fail(Code::internal, "release_range: [" + std::to_string(begin) + ", " + std::to_string(end) +
                              ") is outside the " + std::to_string(buffer_.size()) + " values");
@@ -81,7 +96,47 @@ PrivateGradient GaussianMechanism::release_range(std::size_t begin, std::size_t 
   return PrivateGradient({buffer_.data() + begin, end - begin}, sigma());
 }
 
+void GaussianMechanism::release_on_grid() {
+  // round(x * grid_scale / C) as int32 (the plan keeps every value and sum inside its range),
+  // then the Skellam noise on the grid, modulo 2^32.
+  const double to_grid = options_.grid_scale / options_.clip_norm;
+  for (std::size_t i = 0; i < buffer_.size(); ++i) {
+    const double v = std::nearbyint(static_cast<double>(buffer_[i]) * to_grid);
+    grid_[i] = static_cast<std::uint32_t>(static_cast<std::int64_t>(v));
+  }
+  if (options_.skellam_mu > 0) {
+    const NoiseKey key = secure_key_ ? *secure_key_ : NoiseKey::fixed(rng_.next());
+    add_skellam(grid_, options_.skellam_mu, key, step_);
+  }
+  decode_grid(grid_);
+}
+
+void GaussianMechanism::decode_grid(std::span<const std::uint32_t> values) {
+  const double from_grid = options_.clip_norm / options_.grid_scale / options_.expected_batch;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    buffer_[i] = static_cast<float>(static_cast<double>(static_cast<std::int32_t>(values[i])) *
+                                    from_grid);
+  }
+}
+
+PrivateGradient GaussianMechanism::aggregate(
+    const PrivateGradient& g, const std::function<void(std::span<std::uint32_t>)>& mask_and_sum) {
+  if (!on_grid() || g.values().data() != buffer_.data() || g.values().size() != buffer_.size() ||
+      released_.size() != 1) {
+    fail(Code::internal, "aggregate: needs secure aggregation and this step's whole release");
+  }
+  mask_and_sum(grid_);
+  decode_grid(grid_);
+  return PrivateGradient(buffer_, g.noise_multiplier());
+}
+
 PrivateGradient GaussianMechanism::release() {
+  if (on_grid()) {
+    if (!released_.empty()) fail(Code::failed_precondition, "release: released already this step");
+    release_on_grid();
+    released_.assign(1, {0, buffer_.size()});
+    return PrivateGradient(buffer_, sigma());
+  }
   // The gaps between the ranges released so far, then the whole is released.
   std::sort(released_.begin(), released_.end());
   std::size_t at = 0;

@@ -56,6 +56,12 @@ struct MechanismOptions {
   // Noise from ChaCha20 under a key from getrandom(2) (secure_noise.h) instead of the counter
   // hash under the seed: no seed to search, nothing that predicts one step's noise from another's.
   bool secure_noise = false;
+  // Secure aggregation (privacy_plan.h's SecureAggregationPlan): release() puts the clipped sum
+  // on the grid (grid_scale steps per C) and adds Skellam(skellam_mu) there instead of Gaussian
+  // noise; aggregate() masks and sums the integers and hands back the decoded sum.
+  bool secure_aggregation = false;
+  double grid_scale = 0;
+  double skellam_mu = 0;  // this peer's share of the sum's Skellam parameter
 };
 
 class GaussianMechanism {
@@ -79,6 +85,12 @@ class GaussianMechanism {
   // PrivateGradient.
   PrivateGradient exchange(const PrivateGradient& g,
                            const std::function<void(std::span<float>)>& combine);
+  // Secure aggregation: hands this step's noised grid values (int32 as uint32, released whole by
+  // release()) to `mask_and_sum`, which masks them and sums every peer's modulo 2^32 in place;
+  // returns that sum decoded (over grid_scale, times C, over the expected batch). What leaves
+  // is noised on the grid before any mask, so the result stays a PrivateGradient.
+  PrivateGradient aggregate(const PrivateGradient& g,
+                            const std::function<void(std::span<std::uint32_t>)>& mask_and_sum);
 
   // The generator of the steps' noise keys, for a checkpoint between steps: a mechanism given
   // it back draws the same noise for the next steps. It is as secret as the noise seed.
@@ -89,9 +101,15 @@ class GaussianMechanism {
   double sigma() const { return options_.enabled ? options_.noise_multiplier : 0.0; }
   // Noises and scales [begin, end) (nothing checked).
   void noise(std::size_t begin, std::size_t end);
+  // Secure aggregation: whether it is on; the sum onto the grid with its noise (into grid_, and
+  // this peer's share decoded into buffer_); grid values decoded into buffer_.
+  bool on_grid() const;
+  void release_on_grid();
+  void decode_grid(std::span<const std::uint32_t> values);
 
   MechanismOptions options_;
   std::vector<float> buffer_;
+  std::vector<std::uint32_t> grid_;  // secure aggregation: the step's noised grid values
   Rng rng_;
   // The step's noise key, drawn at its first release (one draw per step, as a whole release).
   std::uint64_t key_ = 0;

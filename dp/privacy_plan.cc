@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "dp/skellam.h"
 #include "runtime/core/error.h"
 
 namespace dpg::dp {
@@ -15,6 +16,66 @@ void require(bool ok, const std::string& what) {
 
 PrivacySpent no_dp() {
   return {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()};
+}
+
+// ln P(X >= x) for X ~ Poisson(lambda), x > lambda (Chernoff): -lambda + x ln(e lambda / x).
+double log_poisson_upper_tail(double lambda, double x) {
+  return -lambda + x * (1.0 + std::log(lambda / x));
+}
+
+// The grid, sensitivities and Skellam noise of secure aggregation (privacy_plan.h). sigma0 is
+// the Gaussian multiplier the same target needs, a guide for the room the noise takes.
+SecureAggregationPlan plan_secure_aggregation(const PlanInputs& in, const PrivacyPlan& p,
+                                              double sigma0) {
+  require(p.peers >= 2, "secure_aggregation needs at least 2 peers");
+  require(in.num_params >= 1, "secure_aggregation needs the model's size");
+  const double d = in.num_params;
+  const double limit = 2147483647.0;  // int32's largest value: the sum is read back as int32
+  const double batch = in.batch_size;
+  SecureAggregationPlan g;
+  g.batch_bound = std::ceil(batch + 12.0 * std::sqrt(batch) + 40.0);
+  const double n = static_cast<double>(p.peers);
+  // The share of the noise that protects against the other peers (target messages) or all.
+  const double protecting = in.target_messages ? (n - 1.0) / n : 1.0;
+  double scale = std::ldexp(1.0, 24);
+  // Start where the Gaussian's noise (1.2 x for the Skellam's looser bound) leaves 12 standard
+  // deviations of room, then halve while the calibrated Skellam noise does not.
+  while (scale > 1 && scale * (g.batch_bound + 14.4 * sigma0 / std::sqrt(protecting)) > limit) {
+    scale /= 2;
+  }
+  for (;; scale /= 2) {
+    require(scale >= 1, "secure_aggregation: no grid scale fits the int32 range (batch_size " +
+                            std::to_string(batch) + ")");
+    g.grid_scale = scale;
+    g.l2 = scale + std::sqrt(d);
+    g.l1 = std::sqrt(d) * scale + d;
+    if (in.noise_multiplier > 0) {
+      // Given sigma: the same standard deviation, sigma * l2, as Skellam's sqrt(2 mu).
+      g.mu = 0.5 * std::pow(in.noise_multiplier * g.l2, 2);
+    } else {
+      try {
+        g.mu = calibrate_skellam_mu(p.q, p.steps, in.delta, in.target_epsilon, g.l1, g.l2) /
+               protecting;
+      } catch (const Error&) {
+        // The noise may need a larger mu than the sampler takes (kMaxSkellamMu) at this scale;
+        // a coarser grid needs a quarter of it per halving. Below 2^8 the rounding would
+        // dominate the sensitivity: the target is out of reach.
+        if (scale > 256) continue;
+        throw;
+      }
+    }
+    const double margin = limit - scale * g.batch_bound;
+    if (margin >= 12.0 * std::sqrt(2.0 * g.mu)) {
+      // Bernstein: P(|Sk(mu)| >= t) <= 2 exp(-t^2 / (2 (2 mu + t / 3))); Chernoff for the batch.
+      const double log_noise = std::log(2.0) - margin * margin / (2.0 * (2.0 * g.mu + margin / 3.0));
+      const double steps = static_cast<double>(p.steps);
+      g.overflow_bound = std::min(1.0, steps * d * std::exp(log_noise) +
+                                           steps * std::exp(log_poisson_upper_tail(batch, g.batch_bound)));
+      break;
+    }
+  }
+  g.peer_mu = g.mu / n;
+  return g;
 }
 
 }  // namespace
@@ -65,6 +126,17 @@ PrivacyPlan plan_privacy(const PlanInputs& in) {
                 : calibrate_noise_multiplier(p.accountant_q(), p.steps, in.delta,
                                              in.target_epsilon, in.accountant);
   const double root_n = std::sqrt(n);
+  if (in.secure_aggregation) {
+    require(in.release == Release::summed, "secure_aggregation needs a summed release (allreduce)");
+    p.secure_aggregation = true;
+    p.noise_mode = "distributed";
+    p.secagg = plan_secure_aggregation(in, p, p.sigma);
+    // The Gaussian equivalents: the noise's standard deviation in clip norms.
+    p.model_sigma = p.sigma = std::sqrt(2.0 * p.secagg.mu) / p.secagg.grid_scale;
+    p.peer_sigma = p.model_sigma / root_n;
+    p.message_sigma = std::sqrt(2.0 * p.secagg.mu * (n - 1.0) / n) / p.secagg.grid_scale;
+    return p;
+  }
   if (in.release == Release::own) {
     p.peer_sigma = p.model_sigma = p.message_sigma = p.sigma;
   } else if (local) {
@@ -78,15 +150,30 @@ PrivacyPlan plan_privacy(const PlanInputs& in) {
 }
 
 PrivacySpent PrivacyPlan::model_after(long long t) const {
+  if (dp && secure_aggregation) {
+    return skellam_epsilon(accountant_q(), secagg.mu, secagg.l1, secagg.l2, t, delta);
+  }
   return dp ? epsilon_for(accountant_q(), model_sigma, t, delta, accountant) : no_dp();
 }
 
 PrivacySpent PrivacyPlan::messages_after(long long t) const {
+  // Under secure aggregation a peer's messages are masked: whoever reads them learns at most the
+  // sum, and a peer also its own share of the noise; peers_after() covers both.
+  if (secure_aggregation) return peers_after(t);
   return dp ? epsilon_for(accountant_q(), message_sigma, t, delta, accountant) : no_dp();
+}
+
+PrivacySpent PrivacyPlan::peers_after(long long t) const {
+  if (!dp) return no_dp();
+  if (!secure_aggregation) return messages_after(t);
+  const double n = static_cast<double>(peers);
+  return skellam_epsilon(accountant_q(), secagg.mu * (n - 1.0) / n, secagg.l1, secagg.l2, t,
+                         delta);
 }
 
 std::vector<double> PrivacyPlan::peer_epsilons_after(long long t) const {
   std::vector<double> out;
+  if (dp && secure_aggregation) return std::vector<double>(peer_q.size(), model_after(t).epsilon);
   for (double qj : peer_q) {
     out.push_back(dp ? epsilon_for(qj, model_sigma, t, delta, accountant).epsilon
                      : no_dp().epsilon);

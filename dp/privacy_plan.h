@@ -46,6 +46,35 @@ struct PlanInputs {
   double target_epsilon = 0;
   double delta = 1e-5;
   AccountantKind accountant = AccountantKind::pld;  // calibrates sigma and reports epsilon
+  // Secure aggregation (summed release only): integer Skellam noise on a fixed-point grid, summed
+  // under pairwise masks modulo 2^32. Needs the model's size for the rounding's share of the
+  // sensitivity, and at least 2 peers.
+  bool secure_aggregation = false;
+  double num_params = 0;
+};
+
+// The fixed-point grid and Skellam noise of secure aggregation (dp/skellam.h, dp/secagg.h).
+//
+// A peer's clipped sum x (floats, each example's gradient of L2 norm <= C) goes onto the grid as
+// round(x * grid_scale / C): one clip norm is grid_scale steps. Adding or removing one example
+// moves the float sum by a vector of norm <= C, and the rounding moves each coordinate by less
+// than 1 either way, so the grid sum moves by at most
+//   l2 = grid_scale + sqrt(d)           in L2 norm, and
+//   l1 = sqrt(d) * grid_scale + d       in L1 norm (d values; ||v||_1 <= sqrt(d) ||v||_2).
+// The grid scale is the largest power of two (at most 2^24) for which the sum of every peer's
+// grid values stays inside the int32 range: per coordinate |sum| <= grid_scale * B + |noise|,
+// with B the global Poisson batch; the margin left for the noise must be at least 12 of its
+// standard deviations. overflow_bound bounds the probability that any coordinate of any step's
+// sum wraps: Chernoff's bound on the Poisson batch passing the bound used, and Bernstein's on the
+// Skellam noise passing the margin, over every coordinate and step (a wrap spoils that step's
+// update; it does not weaken privacy, which the noise on the grid gives whatever the sum is).
+struct SecureAggregationPlan {
+  double grid_scale = 0;      // grid steps per clip norm C
+  double batch_bound = 0;     // the global batch the range is sized for
+  double l1 = 0, l2 = 0;      // sensitivities on the grid, as above
+  double mu = 0;              // the sum's Skellam parameter (variance 2 mu, grid steps squared)
+  double peer_mu = 0;         // each peer's share: mu / peers
+  double overflow_bound = 0;  // P(some coordinate of some step's sum leaves the int32 range)
 };
 
 struct PrivacyPlan {
@@ -65,11 +94,20 @@ struct PrivacyPlan {
   int worst_peer = 0;                // the peer whose data is least protected (highest rate)
   double delta = 0;
   AccountantKind accountant = AccountantKind::pld;  // what every epsilon below is computed by
+  // Secure aggregation: the grid and noise, and then every epsilon is the Skellam mechanism's by
+  // Renyi DP (dp/skellam.h), whatever `accountant` says; sigma, model_sigma and peer_sigma are
+  // its Gaussian equivalents (the noise's standard deviation over grid_scale).
+  bool secure_aggregation = false;
+  SecureAggregationPlan secagg;
 
   // Epsilon of the worst peer's data after `t` steps, for the model and for its messages
   // (+inf without DP, 0 before the first step), by the plan's accountant.
   PrivacySpent model_after(long long t) const;
   PrivacySpent messages_after(long long t) const;
+  // Secure aggregation: the model's epsilon against one of the other peers, who knows its own
+  // share of the noise, so only the other peers' shares protect (mu (N - 1) / N). Without it the
+  // peers see the messages: messages_after(t).
+  PrivacySpent peers_after(long long t) const;
   // Each peer's epsilon for its data in the model after `t` steps.
   std::vector<double> peer_epsilons_after(long long t) const;
   // The account every peer steps once per step for the model: the worst peer's rate and the

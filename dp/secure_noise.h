@@ -29,7 +29,9 @@ namespace dpg::dp {
 struct NoiseKey {
   std::array<unsigned char, 32> bytes{};
   static NoiseKey from_os();
-  // For tests only: a fixed key makes the noise reproducible.
+  // A key spread from 64 bits: for tests (reproducible noise), and for secure aggregation's
+  // Skellam noise without --secure-noise, keyed each step from the seeded generator as the
+  // default Gaussian noise is (no stronger than that 64-bit seed).
   static NoiseKey fixed(std::uint64_t value);
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "runtime/core/error.h"
 
@@ -17,6 +18,13 @@ std::span<std::byte> bytes_of(std::span<std::byte> s, std::size_t begin, std::si
 namespace {
 
 bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+// The element types the all-reduce kernels take: float and double, which Reduce::average divides,
+// and uint32_t, only ever summed. Its additions are unsigned int arithmetic, which wraps modulo
+// 2^32 (a narrower unsigned type would be promoted to int, where overflow is undefined: none is
+// allowed), and the averaging code is compiled for floating point only.
+template <typename T>
+constexpr bool kElement = std::is_floating_point_v<T> || std::is_same_v<T, std::uint32_t>;
 
 }  // namespace
 
@@ -42,9 +50,14 @@ Communicator::Communicator(net::Transport& transport, Options options)
 
 void Communicator::allreduce(std::span<float> data, Reduce op) { allreduce_any(data, op); }
 void Communicator::allreduce(std::span<double> data, Reduce op) { allreduce_any(data, op); }
+void Communicator::allreduce(std::span<std::uint32_t> data) { allreduce_any(data, Reduce::sum); }
 
 template <typename T>
 void Communicator::allreduce_any(std::span<T> data, Reduce op) {
+  static_assert(kElement<T>);
+  if constexpr (!std::is_floating_point_v<T>) {
+    if (op != Reduce::sum) fail(Code::internal, "an integer all-reduce can only sum");
+  }
   const bool pow2 = power_of_two(world());
   if (data.size_bytes() <= options_.small_bytes && pow2) {
     doubling_allreduce(data, op);
@@ -82,9 +95,11 @@ void Communicator::doubling_allreduce(std::span<T> data, Reduce op) {
       for (std::size_t i = 0; i < data.size(); ++i) mine[i] = other[i] + mine[i];
     }
   }
-  if (op == Reduce::average) {
-    const T inv_n = T(1) / static_cast<T>(n);
-    for (auto& v : data) v *= inv_n;
+  if constexpr (std::is_floating_point_v<T>) {
+    if (op == Reduce::average) {
+      const T inv_n = T(1) / static_cast<T>(n);
+      for (auto& v : data) v *= inv_n;
+    }
   }
 }
 
@@ -124,9 +139,11 @@ void Communicator::halving_doubling_allreduce(std::span<T> data, Reduce op) {
     lo = keep_lo;
     hi = keep_hi;
   }
-  if (op == Reduce::average) {
-    const T inv_n = T(1) / static_cast<T>(n);
-    for (std::size_t i = at(r); i < at(r + 1); ++i) data[i] *= inv_n;
+  if constexpr (std::is_floating_point_v<T>) {
+    if (op == Reduce::average) {
+      const T inv_n = T(1) / static_cast<T>(n);
+      for (std::size_t i = at(r); i < at(r + 1); ++i) data[i] *= inv_n;
+    }
   }
   for (int k = 1; k < n; k *= 2, ++step) {
     const int partner = r ^ k;
@@ -229,7 +246,6 @@ void Communicator::ring(std::span<T> data, Reduce op, int g0, int g1) {
     for (std::size_t k = 0; k < nseg; ++k) post_recv(g0, k);
   }
   for (std::size_t k = 0; k < nseg; ++k) post_send(g0, k);
-  const T inv_n = T(1) / static_cast<T>(n);
   for (int g = g0; g < g1; ++g) {
     for (std::size_t k = 0; k < nseg; ++k) {
       transport_.wait(recvs_[g * nseg + k]);
@@ -241,8 +257,11 @@ void Communicator::ring(std::span<T> data, Reduce op, int g0, int g1) {
         const T* src = scratch + (i % slots) * slot_elems;
         T* dst = data.data() + b;
         for (std::size_t j = 0; j < e - b; ++j) dst[j] += src[j];
-        if (g == n - 2 && op == Reduce::average) {
-          for (std::size_t j = 0; j < e - b; ++j) dst[j] *= inv_n;
+        if constexpr (std::is_floating_point_v<T>) {
+          if (g == n - 2 && op == Reduce::average) {
+            const T inv_n = T(1) / static_cast<T>(n);
+            for (std::size_t j = 0; j < e - b; ++j) dst[j] *= inv_n;
+          }
         }
         // The slot is free again: post the reduce-scatter receive that reuses it.
         if (i + slots < rs_count && static_cast<int>((i + slots) / nseg) < g1) {

@@ -64,6 +64,11 @@ class Communicator {
   // In place; the result is bitwise identical on every peer.
   void allreduce(std::span<float> data, Reduce op = Reduce::sum);
   void allreduce(std::span<double> data, Reduce op = Reduce::sum);
+  // The sum modulo 2^32 (unsigned wrap-around), by the same paths: exact, so every peer holds the
+  // same bits whatever the order of the additions. For masked secure aggregation (dp/secagg.h),
+  // where the pairwise masks cancel only in exact modular arithmetic. No average: integers divide
+  // with a remainder, and the caller decodes its fixed point anyway.
+  void allreduce(std::span<std::uint32_t> data);
   // Copies root's bytes into every peer's `data` (all the same size).
   void broadcast(std::span<std::byte> data, int root);
   // out (world * mine.size() bytes) gets every peer's `mine` in rank order.

@@ -352,6 +352,9 @@ std::vector<ConfigField> make_table() {
           .per_peer(),
       field(&C::secure_noise, "secure_noise", "--secure-noise",
             "noise from ChaCha20 keyed by 256 bits from the OS (docs/PRIVACY.md)"),
+      field(&C::secure_aggregation, "secure_aggregation", "--secure-aggregation",
+            "allreduce: integer Skellam noise and pairwise masks, summed modulo 2^32, so the "
+            "model's epsilon holds against the other peers (docs/PRIVACY.md)"),
       field(&C::threads, "threads", "--threads", "BLAS threads", between(1, 256)).per_peer(),
       field(&C::noise_mode, "noise_mode", "--noise-mode",
             "allreduce: distributed (the sum carries the central noise) or local (every message "
@@ -487,6 +490,19 @@ void validate(const TrainConfig& c) {
   }
   if (c.dp && c.secure_noise && c.noise_seed != 0) {
     bad("/noise_seed: secure_noise draws its key from the OS and cannot use a fixed seed");
+  }
+  if (c.secure_aggregation) {
+    if (!c.dp) bad("/secure_aggregation: needs dp (it aggregates noised gradients)");
+    if (c.algo != Algo::allreduce) {
+      bad("/secure_aggregation: only with algo allreduce (the masks cancel in a sum over every "
+          "peer), not " + to_string(c.algo));
+    }
+    if (c.noise_mode != NoiseMode::distributed) {
+      bad("/secure_aggregation: needs noise_mode distributed (the sum carries the noise; "
+          "masked messages need no noise of their own)");
+    }
+    if (c.bucket_bytes > 0) bad("/secure_aggregation: not with bucket_bytes (one masked sum per step)");
+    if (c.hierarchical) bad("/secure_aggregation: not with hierarchical (the masks cancel only in the flat sum)");
   }
   if (c.checkpoint_dir.empty() && c.checkpoint_every > 0) {
     bad("/checkpoint_every: needs a checkpoint_dir to write to");

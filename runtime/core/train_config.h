@@ -157,6 +157,11 @@ struct TrainConfig {
   // The noise from ChaCha20 under a 256-bit key from getrandom(2), never stored (dp/secure_noise.h),
   // instead of the counter hash under the 64-bit noise seed. Refused together with a noise_seed.
   bool secure_noise = false;
+  // allreduce only. Secure aggregation (docs/PRIVACY.md): each peer puts its clipped sum on an
+  // integer grid, adds its share of Skellam noise there, and masks it with pairwise keys agreed
+  // by X25519; the all-reduce sums integers modulo 2^32, the masks cancel, and every peer learns
+  // the noised sum and nothing else, so the model's epsilon holds against the other peers too.
+  bool secure_aggregation = false;
   int threads = 2;                           // BLAS threads
   Algo algo = Algo::single;
   // allreduce only. distributed: each of N peers adds N(0, sigma^2 C^2 / N), so the sum carries

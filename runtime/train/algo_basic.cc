@@ -5,6 +5,8 @@
 // (collective/hierarchical.h).
 #include <optional>
 
+#include "dp/secagg.h"
+
 #include "runtime/train/algorithms.h"
 #include "runtime/train/bucket_reducer.h"
 
@@ -27,6 +29,7 @@ class AllReduce final : public Algorithm {
       buckets_.emplace(*s.comm, s.mechanism, static_cast<std::size_t>(s.config.bucket_bytes),
                        s.tracer);
     }
+    if (s.config.secure_aggregation) agree_masks(shared_settings_hash(s.config));
   }
 
   bool streams_gradient() const override { return buckets_.has_value(); }
@@ -36,10 +39,18 @@ class AllReduce final : public Algorithm {
     buckets_->add(t, part, offset);
   }
 
-  void apply(long long, const dp::PrivateGradient& mine, std::span<float> params,
+  void apply(long long t, const dp::PrivateGradient& mine, std::span<float> params,
              Sgd& sgd) override {
     // The sum over the peers of their noised gradients, identical on every replica. With
     // buckets, the parts were summed in place as they came; what is left is to wait for them.
+    if (masker_) {
+      // Every peer's noised grid values under its masks, summed modulo 2^32: the masks cancel.
+      sgd.apply(params, mechanism_.aggregate(mine, [&](std::span<std::uint32_t> v) {
+        masker_->mask(v, static_cast<std::uint64_t>(t));
+        comm_.allreduce(v);
+      }));
+      return;
+    }
     const dp::PrivateGradient sum = mechanism_.exchange(mine, [&](std::span<float> v) {
       if (buckets_) {
         buckets_->wait();
@@ -67,11 +78,31 @@ class AllReduce final : public Algorithm {
   }
 
  private:
+  // Secure aggregation's set-up: a fresh X25519 key pair, every peer's public key by all-gather
+  // (over connections authenticated by the cluster secret, where one is set), and a key per pair
+  // bound to both ranks and the run's settings.
+  void agree_masks(std::uint64_t context) {
+    const dp::SecAggKeyPair mine = dp::SecAggKeyPair::generate();
+    const auto pub = mine.public_key();
+    const std::size_t n = static_cast<std::size_t>(comm_.world());
+    std::vector<std::byte> all(n * pub.size());
+    comm_.allgather(std::as_bytes(std::span(pub)), all);
+    std::vector<std::optional<dp::PairKey>> keys(n);
+    for (std::size_t r = 0; r < n; ++r) {
+      if (static_cast<int>(r) == comm_.rank()) continue;
+      const auto* theirs = reinterpret_cast<const unsigned char*>(all.data() + r * pub.size());
+      keys[r] = dp::agree_pair_key(mine, std::span(theirs, pub.size()), comm_.rank(),
+                                   static_cast<int>(r), context);
+    }
+    masker_.emplace(comm_.rank(), std::move(keys));
+  }
+
   collective::Communicator& comm_;
   dp::GaussianMechanism& mechanism_;
   std::optional<collective::Hierarchy> hierarchy_;  // hierarchical
   std::optional<BucketReducer> buckets_;  // bucket_bytes > 0
   long long buckets_before_ = 0;          // reduced before the checkpoint this run resumed
+  std::optional<dp::PairwiseMasker> masker_;  // secure_aggregation
 };
 
 }  // namespace

@@ -74,6 +74,12 @@ Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicat
   in.delta = config_.delta;
   in.accountant = config_.accountant == PrivacyAccountant::pld ? dp::AccountantKind::pld
                                                                : dp::AccountantKind::rdp;
+  in.secure_aggregation = config_.secure_aggregation;
+  if (in.secure_aggregation) {
+    // d, for the rounding's share of the grid's sensitivity: sum over layers of (in + 1) * out.
+    const std::vector<int> w = spec_for(config_, data_.train).widths();
+    for (std::size_t l = 0; l + 1 < w.size(); ++l) in.num_params += double(w[l] + 1) * w[l + 1];
+  }
   try {
     plan_ = dp::plan_privacy(in);
   } catch (const Error& e) {
@@ -181,6 +187,7 @@ ConsensusReport Trainer::consensus(RunState& s, long long round, bool eval) cons
   r.epsilon = e.model.epsilon;
   r.message_epsilon = e.messages;
   r.split = to_string(config_.eval_split);
+  if (plan_.secure_aggregation) r.extra["peers_epsilon"] = e.messages;
   s.algorithm->annotate(r.extra, round, false);
   if (eval && config_.metrics_eval_rows > 0) {
     // The mean of the iterates (left in s.scratch above), then each peer's own iterate.
@@ -198,6 +205,12 @@ ConsensusReport Trainer::consensus(RunState& s, long long round, bool eval) cons
 
 Trainer::Spent Trainer::spent(const RunState& s, long long t) const {
   if (!plan_.dp) return {plan_.model_after(t), plan_.messages_after(t).epsilon};
+  // Secure aggregation's Skellam noise has its own (Renyi DP) account, read from the plan at the
+  // steps the account holds (replayed steps after a resume included).
+  if (plan_.secure_aggregation) {
+    const long long n = s.accountant.steps();
+    return {plan_.model_after(n), plan_.messages_after(n).epsilon};
+  }
   return {s.accountant.spent(config_.delta), s.message_accountant.spent(config_.delta).epsilon};
 }
 
@@ -220,6 +233,7 @@ EpochReport Trainer::evaluate_epoch(RunState& s, int epoch, long long t,
   r.epsilon = e.model.epsilon;
   r.message_epsilon = e.messages;
   r.lr = s.lr;
+  if (plan_.secure_aggregation) r.extra["peers_epsilon"] = e.messages;
   s.algorithm->annotate(r.extra, t, false);
   if (s.algorithm->replicas_differ() && comm_) {
     // At a K-step round the report is already made (the same all-reduce would give the same).
@@ -346,6 +360,14 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
   summary.epsilon = e.model.epsilon;
   summary.best_alpha = e.model.best_alpha;
   summary.message_epsilon = e.messages;
+  if (plan_.secure_aggregation) {
+    summary.extra["peers_epsilon"] = e.messages;
+    summary.extra["secure_aggregation"] = {{"grid_scale", plan_.secagg.grid_scale},
+                                           {"skellam_mu", plan_.secagg.mu},
+                                           {"l1_sensitivity", plan_.secagg.l1},
+                                           {"l2_sensitivity", plan_.secagg.l2},
+                                           {"overflow_bound", plan_.secagg.overflow_bound}};
+  }
   if (plan_.release == dp::Release::own && world() > 1) {
     summary.peer_epsilons = plan_.peer_epsilons_after(taken);
   }

@@ -56,7 +56,8 @@ case "$mode" in
     # 17 of the suite's 31 sanitized minutes on paths that the unit tests and the tests below
     # already run sanitized (docs/RELIABILITY.md).
     integration=(prepare privacy train secure_noise launch launch_signals allreduce peer_failure
-                 algo_failure topology bounds tools bench trace ad_psgd auth checkpoint shm audit)
+                 algo_failure topology bounds tools bench trace ad_psgd auth checkpoint shm audit
+                 secure_aggregation)
     # Sanitized code runs about 2-3x slower; the tests' own peer deadlines are unchanged.
     multiplier=3
     targets=()

@@ -2,9 +2,11 @@
 // result being bitwise identical on every peer.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <random>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -104,6 +106,62 @@ TEST_CASE("all-reduce average of random floats is bitwise identical on every pee
       REQUIRE(std::memcmp(out[r].data(), out[0].data(), out[0].size() * sizeof(double)) == 0);
     }
   }
+  }
+}
+
+TEST_CASE("integer all-reduce sums modulo 2^32, exactly, on every path and every peer") {
+  // Options choosing each path. Defaults: recursive doubling up to 32 KiB on a power-of-two world
+  // (counts up to 8192), halving-doubling up to 1 MiB (100003), the ring above (300000) and on
+  // any other world. Then each path forced for every size: doubling alone, halving-doubling alone
+  // (odd segment size), the ring alone with many segments and one scratch slot.
+  const Options paths[] = {
+      Options{},
+      Options{.small_bytes = std::size_t{1} << 30},
+      Options{.segment_bytes = 1000, .small_bytes = 0, .medium_bytes = std::size_t{1} << 30},
+      Options{.segment_bytes = 4092, .small_bytes = 0, .scratch_slots = 1, .medium_bytes = 0},
+  };
+  for (const Options& o : paths) {
+    for (int n : {1, 2, 3, 4, 5, 8}) {
+      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001},
+                                std::size_t{100003}, std::size_t{300000}}) {
+        CAPTURE(o.small_bytes);
+        CAPTURE(o.medium_bytes);
+        CAPTURE(n);
+        CAPTURE(count);
+        // Values within 2^20 of 2^32, so that the sum wraps past 2^32 (n - 1 times, nearly), and a
+        // few anywhere in [0, 2^32).
+        std::mt19937 gen(static_cast<unsigned>(n * 1000003 + count));
+        std::vector<std::vector<std::uint32_t>> in(n, std::vector<std::uint32_t>(count));
+        for (auto& v : in) {
+          for (std::size_t i = 0; i < count; ++i) {
+            v[i] = i % 97 == 3 ? static_cast<std::uint32_t>(gen()) : 0xffffffffu - (gen() & 0xfffff);
+          }
+        }
+        std::vector<std::uint32_t> want(count);
+        for (std::size_t i = 0; i < count; ++i) {
+          std::uint64_t sum = 0;  // no wrap here: n < 2^32 terms below 2^32
+          for (int r = 0; r < n; ++r) sum += in[r][i];
+          want[i] = static_cast<std::uint32_t>(sum & 0xffffffffu);
+        }
+        std::vector<std::vector<std::uint32_t>> out(n);
+        std::vector<float> after(n);
+        run_world(n, o, [&](Communicator& c) {
+          auto v = in[c.rank()];
+          c.allreduce(std::span<std::uint32_t>(v));
+          out[c.rank()] = std::move(v);
+          // The communicator goes on to a float all-reduce in the next round.
+          float x = 1.0f;
+          c.allreduce(std::span<float>(&x, 1));
+          after[c.rank()] = x;
+        });
+        for (int r = 0; r < n; ++r) {
+          CAPTURE(r);
+          REQUIRE(out[r].size() == count);
+          REQUIRE(out[r] == want);
+          REQUIRE(after[r] == float(n));
+        }
+      }
+    }
   }
 }
 

@@ -147,3 +147,47 @@ TEST_CASE("impossible plans are refused naming the cause") {
   CHECK_THROWS_WITH_AS(dp::plan_privacy(in), doctest::Contains("peer 1's training shard is empty"),
                        dpg::Error);
 }
+
+TEST_CASE("secure aggregation: the grid, the Skellam noise and the epsilons per party") {
+  auto in = inputs(dp::Release::summed, {15000, 15000, 15000, 15000});
+  in.secure_aggregation = true;
+  in.num_params = 203530;
+  const auto p = dp::plan_privacy(in);
+  const auto& g = p.secagg;
+  CHECK(p.secure_aggregation);
+  CHECK(p.noise_mode == "distributed");
+  // A power of two whose worst-case sum (batch bound, 12 standard deviations of noise) fits int32.
+  CHECK(std::exp2(std::round(std::log2(g.grid_scale))) == g.grid_scale);
+  CHECK(g.grid_scale * g.batch_bound + 12 * std::sqrt(2 * g.mu) <= 2147483647.0);
+  CHECK(2 * g.grid_scale * g.batch_bound + 12 * std::sqrt(2 * g.mu) > 2147483647.0);
+  CHECK(g.batch_bound > 4096 + 6 * 64);
+  CHECK(g.l2 == doctest::Approx(g.grid_scale + std::sqrt(203530.0)));
+  CHECK(g.l1 == doctest::Approx(std::sqrt(203530.0) * g.grid_scale + 203530));
+  CHECK(g.peer_mu * 4 == doctest::Approx(g.mu));
+  CHECK(g.overflow_bound < 1e-20);
+  // The target holds for the model, just; a curious peer (3 of the 4 shares) learns more, but
+  // far less than from a plain distributed run's messages.
+  const double model = p.model_after(p.steps).epsilon;
+  CHECK(model <= 3.0);
+  CHECK(model > 2.99);
+  const double peers = p.peers_after(p.steps).epsilon;
+  CHECK(peers > model);
+  CHECK(p.messages_after(p.steps).epsilon == peers);
+  in.secure_aggregation = false;
+  CHECK(peers < dp::plan_privacy(in).messages_after(p.steps).epsilon / 1.5);
+  // The reported multiplier is the Gaussian equivalent: sqrt(2 mu) / grid_scale.
+  CHECK(p.model_sigma == doctest::Approx(std::sqrt(2 * g.mu) / g.grid_scale));
+  CHECK(p.peer_sigma == doctest::Approx(p.model_sigma / 2));
+  for (double e : p.peer_epsilons_after(p.steps)) CHECK(e == model);
+}
+
+TEST_CASE("secure aggregation: one peer, or a release that is not summed, is refused") {
+  auto one = inputs(dp::Release::summed, {60000});
+  one.secure_aggregation = true;
+  one.num_params = 1000;
+  CHECK_THROWS_WITH(dp::plan_privacy(one), doctest::Contains("at least 2 peers"));
+  auto own = inputs(dp::Release::own, {30000, 30000});
+  own.secure_aggregation = true;
+  own.num_params = 1000;
+  CHECK_THROWS_WITH(dp::plan_privacy(own), doctest::Contains("summed release"));
+}
