@@ -7,11 +7,16 @@
 // collects rank 0's rows; with --hosts and --rank (or a launcher's rank variable) it is one peer of
 // a run across machines. With --tls the local peers run twice per round, over plain TCP and over
 // TLS (a throwaway CA made for the command), and the TLS rows carry their time over the plain one.
+// With --secure-aggregation every peer agrees pairwise mask keys once (X25519, as training does)
+// and times, beside each plain float all-reduce, the masked exchange of as many 32-bit values
+// (mask, then the exact modular all-reduce), alternating with it; its rows carry their time over
+// the plain one.
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +39,7 @@
 #include "apps/process/find.h"
 #include "apps/throwaway_pki.h"
 #include "apps/transport_setup.h"
+#include "dp/secagg.h"
 #include "runtime/collective/communicator.h"
 #include "runtime/collective/hierarchical.h"
 #include "runtime/core/error.h"
@@ -76,6 +82,9 @@ struct AllreduceBenchOptions {
   bool tls = false;  // --peers: also over TLS, beside plain TCP; --hosts: TLS with its files
   // --peers: also the hierarchical all-reduce beside the flat one; --hosts: it alone.
   bool hierarchical = false;
+  // Also the masked secure-aggregation exchange (dp/secagg.h) beside the plain all-reduce, in the
+  // same peers, alternating with it.
+  bool secure_aggregation = false;
   int emulated_hosts = 1;  // --peers: spread over this many loopback addresses (127.0.0.h)
   std::string transport = "auto";  // auto, tcp or shm (TrainConfig's TransportMode)
   uint32_t slot_bytes = net::ShmOptions{}.slot_bytes;
@@ -86,6 +95,7 @@ struct AllreduceBenchOptions {
 
 constexpr const char* kTlsBackend = "dpgossip+tls";
 constexpr const char* kHierBackend = "dpgossip+hier";
+constexpr const char* kSecAggBackend = "dpgossip+secagg";
 
 // What one run of the local peers measures: the flat all-reduce over plain links, over TLS, or
 // the hierarchical all-reduce.
@@ -111,6 +121,51 @@ bool check(const std::vector<float>& v, int n) {
   return true;
 }
 
+// The secure-aggregation check's inputs: rank-dependent and spread over all 32 bits, so that
+// their sum wraps modulo 2^32: x[i] = (rank + 1) * A + i * B.
+constexpr std::uint32_t kSecAggA = 0x9E3779B9u;
+constexpr std::uint32_t kSecAggB = 2654435761u;
+
+std::uint32_t secagg_value(int rank, std::size_t i) {
+  return static_cast<std::uint32_t>(rank + 1) * kSecAggA + static_cast<std::uint32_t>(i) * kSecAggB;
+}
+
+void fill(std::vector<std::uint32_t>& v, int rank) {
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = secagg_value(rank, i);
+}
+
+// The exact sum over n peers modulo 2^32: A * n(n+1)/2 + n * i * B.
+bool check(const std::vector<std::uint32_t>& v, int n) {
+  const auto ranks = static_cast<std::uint32_t>(static_cast<std::uint64_t>(n) * (n + 1) / 2);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::uint32_t want =
+        ranks * kSecAggA + static_cast<std::uint32_t>(n) * static_cast<std::uint32_t>(i) * kSecAggB;
+    if (v[i] != want) return false;
+  }
+  return true;
+}
+
+// With --secure-aggregation, plain and masked operations alternate in blocks of this many.
+constexpr int kSecAggBlock = 25;
+
+// This peer's masker, its pair keys agreed as training agrees them (AllReduce::agree_masks):
+// every peer's X25519 public key all-gathered, one key per other peer bound to `context`.
+dp::PairwiseMasker agree_masks(collective::Communicator& comm, std::uint64_t context) {
+  const dp::SecAggKeyPair mine = dp::SecAggKeyPair::generate();
+  const auto pub = mine.public_key();
+  const auto n = static_cast<std::size_t>(comm.world());
+  std::vector<std::byte> all(n * pub.size());
+  comm.allgather(std::as_bytes(std::span(pub)), all);
+  std::vector<std::optional<dp::PairKey>> keys(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    if (static_cast<int>(r) == comm.rank()) continue;
+    const auto* theirs = reinterpret_cast<const unsigned char*>(all.data() + r * pub.size());
+    keys[r] = dp::agree_pair_key(mine, std::span(theirs, pub.size()), comm.rank(),
+                                 static_cast<int>(r), context);
+  }
+  return dp::PairwiseMasker(comm.rank(), std::move(keys));
+}
+
 // One peer: times every size and, on rank 0, reports the rows.
 void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& sizes) {
   const net::HostsFile hosts = net::load_hosts(o.hosts);
@@ -129,7 +184,8 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   topt.connect_timeout = topt.timeout;
   topt.config_hash = fnv1a64(o.sizes + "/" + std::to_string(o.segment_bytes) + "/" +
                              std::to_string(o.small_bytes) + "/" + std::to_string(o.scratch_slots) +
-                             "/" + std::to_string(o.medium_bytes) + "/" + o.transport);
+                             "/" + std::to_string(o.medium_bytes) + "/" + o.transport +
+                             (o.secure_aggregation ? "/secagg" : ""));
   topt.socket_buffer_bytes = o.socket_buffer_bytes;
   topt.spin_us = o.spin_us;
   topt.progress_thread = o.progress_thread;
@@ -164,30 +220,75 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
     }
   };
 
+  // With --secure-aggregation: the keys once, then a fresh nonce (step) for every masking, as
+  // every training step has its own.
+  std::optional<dp::PairwiseMasker> masker;
+  if (o.secure_aggregation) masker.emplace(agree_masks(comm, topt.config_hash));
+  std::uint64_t step = 0;
+
   std::vector<AllreduceRow> rows;
   for (long long bytes : sizes) {
     std::vector<float> v(static_cast<std::size_t>(bytes / 4));
     fill(v, rank);
+    // The masked exchange of as many 32-bit values: mask, then the exact modular all-reduce.
+    std::vector<std::uint32_t> u(masker ? v.size() : 0);
+    fill(u, rank);
+    auto secure = [&] {
+      masker->mask(u, step++);
+      comm.allreduce(std::span<std::uint32_t>(u));
+    };
     // Warm-up and timed counts both shrink above 4 MiB, as in the baseline programs.
     const int warmup = repeats_for_size(bytes, o.warmup);
-    for (int i = 0; i < warmup; ++i) allreduce(v);
-    const int repeats = repeats_for_size(bytes, o.repeats);
-    std::vector<double> times;
-    // As the baseline programs do: one barrier, then each operation timed alone, back to back.
-    comm.barrier();
-    for (int i = 0; i < repeats; ++i) {
-      const auto t0 = Clock::now();
+    for (int i = 0; i < warmup; ++i) {
       allreduce(v);
-      times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      if (masker) secure();
+    }
+    const int repeats = repeats_for_size(bytes, o.repeats);
+    std::vector<double> times, secure_times;
+    auto timed = [](std::vector<double>& out, int count, auto&& op) {
+      for (int i = 0; i < count; ++i) {
+        const auto t0 = Clock::now();
+        op();
+        out.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      }
+    };
+    // As the baseline programs do: one barrier, then each operation timed alone, back to back.
+    // With --secure-aggregation, blocks of kSecAggBlock plain and of as many masked operations
+    // alternate, each after a barrier, so drift in load hits both alike. (Alternating single
+    // operations would not do: the peers' phase then differs by kind, and rank 0 would time one
+    // kind waiting for the others and the other kind with their data already there.)
+    const int block = masker ? kSecAggBlock : repeats;
+    for (int done = 0; done < repeats; done += block) {
+      const int count = std::min(block, repeats - done);
+      comm.barrier();
+      timed(times, count, [&] { allreduce(v); });
+      if (!masker) continue;
+      comm.barrier();
+      timed(secure_times, count, secure);
     }
     fill(v, rank);
     allreduce(v);
-    double bad = check(v, n) ? 0.0 : 1.0;
-    comm.allreduce(std::span<double>(&bad, 1));
+    double bad[2] = {check(v, n) ? 0.0 : 1.0, 0.0};
+    if (masker) {
+      // Masked inputs summed give the plain inputs' exact sum modulo 2^32; the masks must also
+      // have changed what this peer sends (with another peer to pair with).
+      fill(u, rank);
+      masker->mask(u, step++);
+      bool changed = n == 1;
+      for (std::size_t i = 0; i < u.size() && !changed; ++i) changed = u[i] != secagg_value(rank, i);
+      comm.allreduce(std::span<std::uint32_t>(u));
+      bad[1] = changed && check(u, n) ? 0.0 : 1.0;
+    }
+    comm.allreduce(std::span<double>(bad, 2));
     AllreduceRow row =
         make_row(o.tls ? kTlsBackend : o.hierarchical ? kHierBackend : "dpgossip", n, bytes, times);
-    row.ok = bad == 0.0;
+    row.ok = bad[0] == 0.0;
     rows.push_back(row);
+    if (masker) {
+      AllreduceRow sec = make_row(kSecAggBackend, n, bytes, secure_times);
+      sec.ok = bad[1] == 0.0;
+      rows.push_back(sec);
+    }
   }
   if (rank != 0) return;
   std::string text;
@@ -245,6 +346,7 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o, Variant vari
   if (o.progress_thread) args.push_back("--progress-thread");
   if (tls) args.push_back("--tls");
   if (variant == Variant::hierarchical) args.push_back("--hierarchical");
+  if (o.secure_aggregation) args.push_back("--secure-aggregation");
   const int rc = supervise(local_children(hosts, hosts_path, proc::self_path().string(), args));
   if (rc != 0) fail(Code::aborted, "the benchmark peers failed (exit " + std::to_string(rc) + ")");
   std::ifstream in(rows_path);
@@ -269,7 +371,7 @@ std::string backend_of(const std::string& baseline) {
 
 // A ratio per round, and its median and range over rounds: dpgossip's bus bandwidth over a
 // baseline's ("busbw/gloo", "busbw/mpi", "busbw/best": the better of those run), or the TLS run's
-// time over the plain one ("time tls/plain": what TLS costs).
+// time over the plain one ("time tls/plain": what TLS costs; "time secagg/plain" likewise).
 struct Ratio {
   std::string label;  // its column
   std::string row;    // the backend whose rows it is printed on
@@ -294,13 +396,13 @@ std::string ratio_text(const Ratio& r) {
 
 void print_table(const std::vector<AllreduceRow>& rows, const std::vector<Ratio>& ratios,
                  const std::vector<std::string>& columns) {
-  std::cout << std::left << std::setw(14) << "backend" << std::right << std::setw(6) << "peers"
+  std::cout << std::left << std::setw(16) << "backend" << std::right << std::setw(6) << "peers"
             << std::setw(12) << "bytes" << std::setw(12) << "time_us" << std::setw(12)
             << "algbw_GB/s" << std::setw(12) << "busbw_GB/s" << std::setw(6) << "ok";
   for (const auto& c : columns) std::cout << std::setw(22) << c;
   std::cout << "\n" << std::fixed;
   for (const auto& r : rows) {
-    std::cout << std::left << std::setw(14) << r.backend << std::right << std::setw(6) << r.peers
+    std::cout << std::left << std::setw(16) << r.backend << std::right << std::setw(6) << r.peers
               << std::setw(12) << r.bytes << std::setw(12) << std::setprecision(1) << r.time_us
               << std::setw(12) << std::setprecision(3) << r.algbw_GBps << std::setw(12)
               << r.busbw_GBps << std::setw(6) << (r.ok ? "yes" : "NO");
@@ -323,6 +425,15 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
   }
   if (o.tls) o.transport = "tcp";
   if (o.hierarchical && o.tls) fail(Code::invalid_argument, "--hierarchical: not with --tls");
+  // Secure aggregation is timed beside the flat plain all-reduce, as training runs it (which
+  // takes neither the hierarchical all-reduce nor buckets with it); TLS is its own comparison.
+  if (o.secure_aggregation && o.hierarchical) {
+    fail(Code::invalid_argument, "--secure-aggregation: not with --hierarchical (training masks "
+                                 "over the flat all-reduce only)");
+  }
+  if (o.secure_aggregation && o.tls) {
+    fail(Code::invalid_argument, "--secure-aggregation: not with --tls (compare one at a time)");
+  }
   if (o.hosts.empty() && (o.emulated_hosts < 1 || o.emulated_hosts > std::min(o.peers, 254))) {
     fail(Code::invalid_argument, "--emulated-hosts: must be in [1, min(--peers, 254)], got " +
                                      std::to_string(o.emulated_hosts));
@@ -371,6 +482,8 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
     backends.push_back(kHierBackend);
     variants.push_back(Variant::hierarchical);
   }
+  // Timed in the plain run's own peers, alternating with its operations.
+  if (o.secure_aggregation) backends.push_back(kSecAggBackend);
   for (const auto& b : baselines) backends.push_back(backend_of(b));
   std::vector<std::vector<AllreduceRow>> by_round;
   // Every peer's links over TCP: --transport tcp, or a host per peer.
@@ -407,6 +520,7 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
   for (const auto& b : over) columns.push_back("busbw/" + b);
   if (o.tls) columns.push_back("time tls/plain");
   if (o.hierarchical) columns.push_back("time hier/flat");
+  if (o.secure_aggregation) columns.push_back("time secagg/plain");
   if (over_tcp) columns.push_back("sent/loopback");
   for (const auto& backend : backends) {
     for (long long bytes : sizes) {
@@ -455,7 +569,8 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
     }
     for (const auto& [on, label, backend] :
          {std::tuple{o.tls, "time tls/plain", kTlsBackend},
-          std::tuple{o.hierarchical, "time hier/flat", kHierBackend}}) {
+          std::tuple{o.hierarchical, "time hier/flat", kHierBackend},
+          std::tuple{o.secure_aggregation, "time secagg/plain", kSecAggBackend}}) {
       if (!on) continue;
       Ratio q{label, backend, bytes, {}};
       for (const auto& round : by_round) {
@@ -536,6 +651,10 @@ void add_bench_allreduce(CLI::App& bench) {
   c->add_flag("--hierarchical", o->hierarchical,
               "with --peers: also run the hierarchical all-reduce (within each host, then across "
               "hosts) and report its time over the flat one's; with --hosts: run it alone");
+  c->add_flag("--secure-aggregation", o->secure_aggregation,
+              "also time the masked secure-aggregation exchange (pairwise ChaCha20 masks, then "
+              "the exact uint32 all-reduce) of each size, alternating with the plain all-reduce, "
+              "and report its time over the plain one's");
   c->add_option("--emulated-hosts", o->emulated_hosts,
                 "with --peers: spread the peers over this many hosts, 127.0.0.1 up, contiguous "
                 "ranks per host (shared memory within one under --transport auto, TCP across)")

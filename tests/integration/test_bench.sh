@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `dpgossip bench allreduce` end to end: 4 peers on 127.0.0.1 beside Gloo and OpenMPI (when their
 # programs are built), two paired rounds, every row checked, the ratios consistent with the
-# per-baseline ones; TLS beside plain TCP with --tls; `bench step` beside a stand-in for the
+# per-baseline ones; TLS beside plain TCP with --tls; the masked secure-aggregation exchange beside
+# the plain all-reduce with --secure-aggregation; `bench step` beside a stand-in for the
 # PyTorch script; and bad input refused.
 set -euo pipefail
 bin=$1
@@ -104,6 +105,31 @@ for size in (4096, 1 << 20):
     assert q["rounds"] == 2 and q["min"] <= q["median"] <= q["max"] and q["min"] > 0, q
 print("tls/plain time at 4 KiB %.2f, at 1 MiB %.2f" % (ratios[4096]["median"], ratios[1 << 20]["median"]))
 ' "$work/tls.jsonl" || fail "bench allreduce --tls output"
+
+# --secure-aggregation: beside each plain row, the masked exchange of as many uint32 values (pair
+# keys agreed once, pairwise ChaCha20 masks, the exact modular all-reduce), its masked sum checked
+# on every rank against the exact sum of the unmasked inputs, and its time over the plain one's.
+"$bin" bench allreduce --peers 4 --secure-aggregation --sizes 64K,1M --rounds 2 --warmup 1 \
+  --repeats 3 --json >"$work/secagg.jsonl" 2>"$work/secagg.log" ||
+  { cat "$work/secagg.log" >&2; fail "bench allreduce --secure-aggregation failed"; }
+py '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+rows = {(o["backend"], o["bytes"]): o for o in lines if "backend" in o}
+ratios = {o["bytes"]: o for o in lines if o.get("ratio") == "time secagg/plain"}
+for size in (64 << 10, 1 << 20):
+    plain, sec = rows[("dpgossip", size)], rows[("dpgossip+secagg", size)]
+    assert plain["ok"] and sec["ok"], (plain, sec)
+    assert sec["peers"] == 4 and sec["repeats"] == plain["repeats"] == 6 and sec["time_us"] > 0, sec
+    q = ratios[size]
+    assert q["rounds"] == 2 and q["min"] <= q["median"] <= q["max"] and q["min"] > 0, q
+assert len(rows) == 4 and len(ratios) == 2, (rows, ratios)
+print("secagg/plain time at 64 KiB %.2f, at 1 MiB %.2f" % (ratios[64 << 10]["median"], ratios[1 << 20]["median"]))
+' "$work/secagg.jsonl" || fail "bench allreduce --secure-aggregation output"
+expect_error "--secure-aggregation: not with --tls" \
+  "$bin" bench allreduce --peers 2 --secure-aggregation --tls
+expect_error "--secure-aggregation: not with --hierarchical" \
+  "$bin" bench allreduce --peers 2 --secure-aggregation --hierarchical
 
 # bench step beside a PyTorch stand-in (the baseline script's interface: flags in, StepRow lines
 # out): run without a shell, with OMP_WAIT_POLICY=PASSIVE, its row read back and kept.
