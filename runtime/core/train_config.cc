@@ -491,19 +491,6 @@ void validate(const TrainConfig& c) {
   if (c.dp && c.secure_noise && c.noise_seed != 0) {
     bad("/noise_seed: secure_noise draws its key from the OS and cannot use a fixed seed");
   }
-  if (c.secure_aggregation) {
-    if (!c.dp) bad("/secure_aggregation: needs dp (it aggregates noised gradients)");
-    if (c.algo != Algo::allreduce) {
-      bad("/secure_aggregation: only with algo allreduce (the masks cancel in a sum over every "
-          "peer), not " + to_string(c.algo));
-    }
-    if (c.noise_mode != NoiseMode::distributed) {
-      bad("/secure_aggregation: needs noise_mode distributed (the sum carries the noise; "
-          "masked messages need no noise of their own)");
-    }
-    if (c.bucket_bytes > 0) bad("/secure_aggregation: not with bucket_bytes (one masked sum per step)");
-    if (c.hierarchical) bad("/secure_aggregation: not with hierarchical (the masks cancel only in the flat sum)");
-  }
   if (c.checkpoint_dir.empty() && c.checkpoint_every > 0) {
     bad("/checkpoint_every: needs a checkpoint_dir to write to");
   }

@@ -43,6 +43,19 @@ Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicat
     fail(Code::invalid_argument, "/init: independent needs a graph algorithm (gossip or "
                                  "ad-psgd), not " + to_string(config_.algo));
   }
+  if (config_.secure_aggregation) {
+    if (!config_.dp) fail(Code::invalid_argument, "/secure_aggregation: needs dp (it aggregates noised gradients)");
+    if (config_.algo != Algo::allreduce) {
+      fail(Code::invalid_argument, "/secure_aggregation: only with algo allreduce (the masks cancel in a sum over every "
+          "peer), not " + to_string(config_.algo));
+    }
+    if (config_.noise_mode != NoiseMode::distributed) {
+      fail(Code::invalid_argument, "/secure_aggregation: needs noise_mode distributed (the sum carries the noise; "
+          "masked messages need no noise of their own)");
+    }
+    if (config_.bucket_bytes > 0) fail(Code::invalid_argument, "/secure_aggregation: not with bucket_bytes (one masked sum per step)");
+    if (config_.hierarchical) fail(Code::invalid_argument, "/secure_aggregation: not with hierarchical (the masks cancel only in the flat sum)");
+  }
   if (data_.train.rows == 0) {
     fail(Code::invalid_argument,
          "train: rank " + std::to_string(rank()) + "'s training shard is empty");

@@ -74,6 +74,7 @@ dpg::TrainConfig unusual() {
   c.target = dpg::PrivacyTarget::messages;
   c.eval_split = dpg::EvalSplit::validation;
   c.report_dropped = true;
+  c.secure_aggregation = true;  // checked against the algorithm by the trainer, not here
   return c;
 }
 
