@@ -40,6 +40,7 @@
 #include "apps/throwaway_pki.h"
 #include "apps/transport_setup.h"
 #include "dp/secagg.h"
+#include "runtime/train/algorithm.h"
 #include "runtime/collective/communicator.h"
 #include "runtime/collective/hierarchical.h"
 #include "runtime/core/error.h"
@@ -148,24 +149,6 @@ bool check(const std::vector<std::uint32_t>& v, int n) {
 // With --secure-aggregation, plain and masked operations alternate in blocks of this many.
 constexpr int kSecAggBlock = 25;
 
-// This peer's masker, its pair keys agreed as training agrees them (AllReduce::agree_masks):
-// every peer's X25519 public key all-gathered, one key per other peer bound to `context`.
-dp::PairwiseMasker agree_masks(collective::Communicator& comm, std::uint64_t context) {
-  const dp::SecAggKeyPair mine = dp::SecAggKeyPair::generate();
-  const auto pub = mine.public_key();
-  const auto n = static_cast<std::size_t>(comm.world());
-  std::vector<std::byte> all(n * pub.size());
-  comm.allgather(std::as_bytes(std::span(pub)), all);
-  std::vector<std::optional<dp::PairKey>> keys(n);
-  for (std::size_t r = 0; r < n; ++r) {
-    if (static_cast<int>(r) == comm.rank()) continue;
-    const auto* theirs = reinterpret_cast<const unsigned char*>(all.data() + r * pub.size());
-    keys[r] = dp::agree_pair_key(mine, std::span(theirs, pub.size()), comm.rank(),
-                                 static_cast<int>(r), context);
-  }
-  return dp::PairwiseMasker(comm.rank(), std::move(keys));
-}
-
 // One peer: times every size and, on rank 0, reports the rows.
 void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& sizes) {
   const net::HostsFile hosts = net::load_hosts(o.hosts);
@@ -223,7 +206,7 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   // With --secure-aggregation: the keys once, then a fresh nonce (step) for every masking, as
   // every training step has its own.
   std::optional<dp::PairwiseMasker> masker;
-  if (o.secure_aggregation) masker.emplace(agree_masks(comm, topt.config_hash));
+  if (o.secure_aggregation) masker.emplace(train::agree_masks(comm, topt.config_hash));
   std::uint64_t step = 0;
 
   std::vector<AllreduceRow> rows;

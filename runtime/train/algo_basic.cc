@@ -5,8 +5,6 @@
 // (collective/hierarchical.h).
 #include <optional>
 
-#include "dp/secagg.h"
-
 #include "runtime/train/algorithms.h"
 #include "runtime/train/bucket_reducer.h"
 
@@ -29,7 +27,9 @@ class AllReduce final : public Algorithm {
       buckets_.emplace(*s.comm, s.mechanism, static_cast<std::size_t>(s.config.bucket_bytes),
                        s.tracer);
     }
-    if (s.config.secure_aggregation) agree_masks(shared_settings_hash(s.config));
+    if (s.config.secure_aggregation) {
+      masker_.emplace(agree_masks(*s.comm, shared_settings_hash(s.config)));
+    }
   }
 
   bool streams_gradient() const override { return buckets_.has_value(); }
@@ -78,25 +78,6 @@ class AllReduce final : public Algorithm {
   }
 
  private:
-  // Secure aggregation's set-up: a fresh X25519 key pair, every peer's public key by all-gather
-  // (over connections authenticated by the cluster secret, where one is set), and a key per pair
-  // bound to both ranks and the run's settings.
-  void agree_masks(std::uint64_t context) {
-    const dp::SecAggKeyPair mine = dp::SecAggKeyPair::generate();
-    const auto pub = mine.public_key();
-    const std::size_t n = static_cast<std::size_t>(comm_.world());
-    std::vector<std::byte> all(n * pub.size());
-    comm_.allgather(std::as_bytes(std::span(pub)), all);
-    std::vector<std::optional<dp::PairKey>> keys(n);
-    for (std::size_t r = 0; r < n; ++r) {
-      if (static_cast<int>(r) == comm_.rank()) continue;
-      const auto* theirs = reinterpret_cast<const unsigned char*>(all.data() + r * pub.size());
-      keys[r] = dp::agree_pair_key(mine, std::span(theirs, pub.size()), comm_.rank(),
-                                   static_cast<int>(r), context);
-    }
-    masker_.emplace(comm_.rank(), std::move(keys));
-  }
-
   collective::Communicator& comm_;
   dp::GaussianMechanism& mechanism_;
   std::optional<collective::Hierarchy> hierarchy_;  // hierarchical
@@ -106,6 +87,22 @@ class AllReduce final : public Algorithm {
 };
 
 }  // namespace
+
+dp::PairwiseMasker agree_masks(collective::Communicator& comm, std::uint64_t context) {
+  const dp::SecAggKeyPair mine = dp::SecAggKeyPair::generate();
+  const auto pub = mine.public_key();
+  const auto n = static_cast<std::size_t>(comm.world());
+  std::vector<std::byte> all(n * pub.size());
+  comm.allgather(std::as_bytes(std::span(pub)), all);
+  std::vector<std::optional<dp::PairKey>> keys(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    if (static_cast<int>(r) == comm.rank()) continue;
+    const auto* theirs = reinterpret_cast<const unsigned char*>(all.data() + r * pub.size());
+    keys[r] = dp::agree_pair_key(mine, std::span(theirs, pub.size()), comm.rank(),
+                                 static_cast<int>(r), context);
+  }
+  return dp::PairwiseMasker(comm.rank(), std::move(keys));
+}
 
 std::unique_ptr<Algorithm> make_single(const AlgoSetup&) { return std::make_unique<Single>(); }
 

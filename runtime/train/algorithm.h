@@ -30,6 +30,7 @@
 
 #include "dp/mechanism.h"
 #include "dp/privacy_plan.h"
+#include "dp/secagg.h"
 #include "runtime/collective/communicator.h"
 #include "runtime/collective/hierarchical.h"
 #include "runtime/core/json_io.h"
@@ -119,6 +120,11 @@ class Algorithm {
 // The hierarchy of a run with `hierarchical` set (host_of from the setup, else a host per rank),
 // built collectively on every peer; nullopt without it.
 std::optional<collective::Hierarchy> make_hierarchy(const AlgoSetup& s);
+
+// Secure aggregation's masker (dp/secagg.h), collectively on every peer: a fresh X25519 key pair,
+// every peer's public key by all-gather (over connections the cluster secret authenticates, where
+// one is set), and one key per pair bound to both ranks and `context` (the run's settings hash).
+dp::PairwiseMasker agree_masks(collective::Communicator& comm, std::uint64_t context);
 
 // The table every algorithm has one line in.
 struct AlgoInfo {
