@@ -149,6 +149,18 @@ PrivateGradient GaussianMechanism::release() {
   return PrivateGradient(buffer_, sigma());
 }
 
+PrivateGradient GaussianMechanism::release_from_device(
+    const std::function<void(std::span<float>)>& fill) {
+  if (on_grid() || secure_key_) {
+    fail(Code::failed_precondition,
+         "release_from_device: secure noise and secure aggregation draw their noise on the CPU");
+  }
+  begin_step();
+  fill(buffer_);
+  released_.assign(1, {0, buffer_.size()});
+  return PrivateGradient(buffer_, sigma());
+}
+
 PrivateGradient GaussianMechanism::exchange(const PrivateGradient& g,
                                             const std::function<void(std::span<float>)>& combine) {
   // Only pointers are compared (no state of the step): a communication thread may exchange one

@@ -79,6 +79,13 @@ class GaussianMechanism {
   // them; the rest of the sum may still be written. Each value is released once per step: a range
   // overlapping one released before throws failed_precondition.
   PrivateGradient release_range(std::size_t begin, std::size_t end);
+  // A whole step's release drawn on an accelerator (runtime/model/device_mlp.h): the device
+  // clips each example's gradient to options().clip_norm, sums, adds N(0, (sigma() C)^2) from
+  // its own Philox stream and divides by options().expected_batch, exactly what release() would
+  // do with this mechanism's settings; `fill` copies that result into the step's buffer. Begins
+  // the step itself. Not with secure noise or secure aggregation, whose noise only the CPU draws
+  // (failed_precondition).
+  PrivateGradient release_from_device(const std::function<void(std::span<float>)>& fill);
   // Hands a released gradient of this mechanism (or a part of one) to `combine`, which may
   // change it in place with other peers' released gradients (an all-reduce), and returns the
   // result. `combine` sees only noised values, so what comes back is post-processing and stays a

@@ -1,5 +1,7 @@
 #include "runtime/core/train_config.h"
 
+#include <algorithm>
+
 #include <charconv>
 #include <cmath>
 #include <concepts>
@@ -356,6 +358,11 @@ std::vector<ConfigField> make_table() {
             "allreduce: integer Skellam noise and pairwise masks, summed modulo 2^32, so the "
             "model's epsilon holds against the other peers (docs/PRIVACY.md)"),
       field(&C::threads, "threads", "--threads", "BLAS threads", between(1, 256)).per_peer(),
+      field(&C::device, "device", "--device",
+            "cpu, or cuda:N / cuda (GPU rank mod count): forward, backward, clipping and noise on "
+            "that GPU, with the training rows resident there",
+            NonEmpty{})
+          .per_peer(),
       field(&C::noise_mode, "noise_mode", "--noise-mode",
             "allreduce: distributed (the sum carries the central noise) or local (every message "
             "is DP on its own); gossip is always local"),
@@ -482,8 +489,20 @@ std::uint64_t training_settings_hash(const TrainConfig& c) {
   return fnv1a64(training_settings(c).dump());
 }
 
+DeviceChoice parse_device(const std::string& device) {
+  if (device == "cpu") return {};
+  if (device == "cuda") return {true, -1};
+  if (device.starts_with("cuda:") && device.size() > 5 && device.size() <= 9 &&
+      std::all_of(device.begin() + 5, device.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    return {true, std::stoi(device.substr(5))};
+  }
+  bad("/device: expected cpu, cuda or cuda:N, got \"" + device + "\"");
+  return {};
+}
+
 void validate(const TrainConfig& c) {
   for (const auto& f : config_fields()) f.check(c);
+  parse_device(c.device);
   // Rules between fields.
   if (c.dp && !(c.noise_multiplier > 0) && !(c.target_epsilon > 0)) {
     bad("/target_epsilon: must be positive when noise_multiplier is not given");

@@ -163,6 +163,9 @@ struct TrainConfig {
   // the noised sum and nothing else, so the model's epsilon holds against the other peers too.
   bool secure_aggregation = false;
   int threads = 2;                           // BLAS threads
+  // Where this peer's gradient is computed: cpu, or a CUDA GPU (runtime/model/device_mlp.h):
+  // cuda:N, or cuda for GPU (rank mod the number of GPUs). See parse_device.
+  std::string device = "cpu";
   Algo algo = Algo::single;
   // allreduce only. distributed: each of N peers adds N(0, sigma^2 C^2 / N), so the sum carries
   // the central noise. local: each peer adds N(0, sigma^2 C^2), so every message is itself DP.
@@ -248,6 +251,14 @@ struct ConfigField {
 
 // The table, in the order describe() and --help list the fields.
 const std::vector<ConfigField>& config_fields();
+
+// The device of `device` ("cpu", "cuda", "cuda:N"): cuda false for the CPU; index N, or -1 for
+// "cuda" (GPU rank mod count). Throws invalid_argument naming the field otherwise.
+struct DeviceChoice {
+  bool cuda = false;
+  int index = -1;
+};
+DeviceChoice parse_device(const std::string& device);
 
 // Reads a config object; errors name `where` and the JSON path ("cfg.json: /lr: ...").
 TrainConfig train_config_from_json(const Json& j, const std::string& where);

@@ -8,6 +8,26 @@
 
 namespace dpg::train {
 
+std::vector<ReleasePiece> release_pieces(const model::Mlp& model, std::size_t part_values) {
+  const std::vector<int> widths = model.spec().widths();
+  std::vector<ReleasePiece> out;
+  for (int l = model.num_layers() - 1; l >= 0; --l) {
+    const int in = widths[static_cast<std::size_t>(l)];
+    const int out_width = widths[static_cast<std::size_t>(l) + 1];
+    out.push_back({l, true, 0, out_width, model.bias_range(l)});
+    const int rows = part_values == 0
+                         ? out_width
+                         : static_cast<int>(std::clamp<std::size_t>(
+                               part_values / static_cast<std::size_t>(in), 1,
+                               static_cast<std::size_t>(out_width)));
+    for (int hi = out_width; hi > 0; hi -= rows) {
+      const int lo = std::max(0, hi - rows);
+      out.push_back({l, false, lo, hi, model.weight_rows(l, lo, hi)});
+    }
+  }
+  return out;
+}
+
 dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
                                      std::span<const std::int32_t> labels,
                                      dp::GaussianMechanism& mechanism, StepBuffers& buffers,
@@ -49,26 +69,14 @@ dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& 
   std::span<const float> scale;
   if (mechanism.options().enabled && batch > 0) scale = buffers.scale;
   if (sink) {
-    const std::vector<int> widths = model.spec().widths();
-    auto release = [&](std::pair<std::size_t, std::size_t> range) {
-      sink(mechanism.release_range(range.first, range.second), range.first);
-    };
-    for (int l = model.num_layers() - 1; l >= 0; --l) {
-      const int in = widths[static_cast<std::size_t>(l)];
-      const int out = widths[static_cast<std::size_t>(l) + 1];
-      if (batch > 0) model.clip_layer(ws, scale, l);
-      model.add_bias(ws, l, sum);
-      release(model.bias_range(l));
-      const int rows = part_values == 0
-                           ? out
-                           : static_cast<int>(std::clamp<std::size_t>(
-                                 part_values / static_cast<std::size_t>(in), 1,
-                                 static_cast<std::size_t>(out)));
-      for (int hi = out; hi > 0; hi -= rows) {
-        const int lo = std::max(0, hi - rows);
-        model.add_weight_rows(ws, l, lo, hi, sum);
-        release(model.weight_rows(l, lo, hi));
+    for (const ReleasePiece& piece : release_pieces(model, part_values)) {
+      if (piece.bias) {
+        if (batch > 0) model.clip_layer(ws, scale, piece.layer);
+        model.add_bias(ws, piece.layer, sum);
+      } else {
+        model.add_weight_rows(ws, piece.layer, piece.row_begin, piece.row_end, sum);
       }
+      sink(mechanism.release_range(piece.range.first, piece.range.second), piece.range.first);
     }
   } else {
     model.accumulate_gradient(ws, scale, sum);

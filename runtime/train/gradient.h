@@ -38,6 +38,18 @@ using GradientSink = std::function<void(const dp::PrivateGradient& part, std::si
 // runtime/train/audit_run.h). Not with a sink, which releases the sum before it is whole.
 using SumHook = std::function<void(std::span<float> sum)>;
 
+// The pieces a streamed gradient is released in, in order: for each layer from the last, its
+// bias, then its weight rows in blocks of about part_values values (0: the whole matrix), from
+// the last row. Every peer cuts the same pieces from the layer sizes alone, whichever device
+// computed its gradient, so that a bucketed all-reduce forms the same buckets everywhere.
+struct ReleasePiece {
+  int layer = 0;
+  bool bias = false;
+  int row_begin = 0, row_end = 0;                // weight rows (bias: all of the layer's)
+  std::pair<std::size_t, std::size_t> range;     // values [first, second) of the gradient
+};
+std::vector<ReleasePiece> release_pieces(const model::Mlp& model, std::size_t part_values);
+
 // ws.act[0] holds the batch (ws.batch rows); labels has ws.batch entries. With the mechanism
 // enabled each example's gradient is clipped to C before the sum; the sum is noised once.
 // With a sink, the clipped sum is made piece by piece from the end (the per-example norms, which

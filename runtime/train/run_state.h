@@ -15,6 +15,7 @@
 #include "dp/privacy_plan.h"
 #include "runtime/core/train_config.h"
 #include "runtime/data/dataset.h"
+#include "runtime/model/device_mlp.h"
 #include "runtime/model/mlp.h"
 #include "runtime/train/algorithm.h"
 #include "runtime/train/checkpoint.h"
@@ -54,6 +55,10 @@ struct RunState {
   std::vector<float> scratch;  // the mean of the peers' models
   std::optional<ConsensusReport> last_consensus;  // the latest K-step report
   std::optional<Evaluator> evaluator;
+  // With --device cuda: the model on the GPU, the training rows resident there, and the step's
+  // row indices for it. The host model stays the algorithm's and is uploaded before each step.
+  std::unique_ptr<model::DeviceMlp> device;
+  std::vector<std::uint32_t> device_rows;
   std::chrono::steady_clock::time_point start;
 };
 

@@ -56,6 +56,12 @@ Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicat
     if (config_.bucket_bytes > 0) fail(Code::invalid_argument, "/secure_aggregation: not with bucket_bytes (one masked sum per step)");
     if (config_.hierarchical) fail(Code::invalid_argument, "/secure_aggregation: not with hierarchical (the masks cancel only in the flat sum)");
   }
+  if (parse_device(config_.device).cuda && (config_.secure_noise || config_.secure_aggregation)) {
+    fail(Code::invalid_argument,
+         std::string("/device: ") + config_.device + " draws Philox noise on the GPU; " +
+             (config_.secure_noise ? "secure_noise" : "secure_aggregation") +
+             " draws its noise on the CPU (use device cpu)");
+  }
   if (data_.train.rows == 0) {
     fail(Code::invalid_argument,
          "train: rank " + std::to_string(rank()) + "'s training shard is empty");
@@ -126,10 +132,7 @@ void Trainer::log_start() const {
   }
 }
 
-void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& summary) const {
-  const TrainConfig& c = config_;
-  if (tracer_) tracer_->set_step(t);
-  s.algorithm->before_gradient(t, s.model.params());
+dp::PrivateGradient Trainer::cpu_gradient(RunState& s, long long t, StepStats& stats) const {
   // Sample this peer's batch into the workspace.
   trace::Span sample(tracer_, "sample", "compute");
   const std::size_t cols = data_.train.cols;
@@ -143,7 +146,6 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
   }
   sample.end();
   // Forward, backward with per-example norms, clip and noise.
-  StepStats stats;
   GradientSink sink;  // the layers as they are released, to an algorithm that streams them
   if (s.algorithm->streams_gradient()) {
     sink = [&](const dp::PrivateGradient& part, std::size_t offset) {
@@ -152,9 +154,46 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
   }
   SumHook before_noise;
   if (sum_hook_) before_noise = [&](std::span<float> sum) { sum_hook_(t, sum); };
-  const dp::PrivateGradient mine =
-      private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats, sink,
-                       s.algorithm->gradient_part_values(), tracer_, before_noise);
+  return private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats, sink,
+                          s.algorithm->gradient_part_values(), tracer_, before_noise);
+}
+
+dp::PrivateGradient Trainer::device_gradient(RunState& s, long long t, StepStats& stats) const {
+  trace::Span sample(tracer_, "sample", "compute");
+  const auto& batch = s.poisson ? s.poisson->next() : s.shuffle->next();
+  s.device_rows.assign(batch.begin(), batch.end());
+  sample.end();
+  // The host model is the algorithm's (it may have mixed, averaged or restored it); the device
+  // computes at it.
+  trace::Span pass(tracer_, "device_gradient", "compute");
+  s.device->upload_params(s.model.params());
+  const dp::MechanismOptions& o = s.mechanism.options();
+  const model::DeviceStepStats d = s.device->gradient(
+      s.device_rows, t,
+      {.enabled = o.enabled, .clip_norm = o.clip_norm, .noise_multiplier = o.noise_multiplier,
+       .expected_batch = o.expected_batch, .seed = s.noise_seed,
+       .rank = static_cast<std::uint64_t>(rank())});
+  stats = {.batch = d.batch, .loss_sum = d.loss_sum, .correct = d.correct, .dropped = d.dropped,
+           .clipped = d.clipped};
+  dp::PrivateGradient mine = s.mechanism.release_from_device(
+      [&](std::span<float> out) { s.device->download_gradient(out); });
+  pass.end();
+  if (s.algorithm->streams_gradient()) {
+    // In the CPU's pieces, so that every peer forms the same buckets whatever its device.
+    for (const ReleasePiece& p : release_pieces(s.model, s.algorithm->gradient_part_values())) {
+      s.algorithm->on_gradient_part(
+          t, mine.part(p.range.first, p.range.second - p.range.first), p.range.first);
+    }
+  }
+  return mine;
+}
+
+void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& summary) const {
+  const TrainConfig& c = config_;
+  if (tracer_) tracer_->set_step(t);
+  s.algorithm->before_gradient(t, s.model.params());
+  StepStats stats;
+  const dp::PrivateGradient mine = s.device ? device_gradient(s, t, stats) : cpu_gradient(s, t, stats);
   // Exchange and update.
   trace::Span update(tracer_, "update", "compute");
   s.lr = scheduled_lr(c, t, plan_.steps);
@@ -276,6 +315,29 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
   model::set_blas_threads(c.threads);
   state_ = std::make_unique<RunState>(c, data_.train, plan_, rank());
   RunState& s = *state_;
+  // The GPU first, before this run's first collective: a peer without one fails at once.
+  if (const DeviceChoice d = parse_device(c.device); d.cuda) {
+    if (sum_hook_) {
+      fail(Code::failed_precondition,
+           "/device: the audit's canaries join the clipped sum on the CPU; use device cpu");
+    }
+    if (device_factory_) {
+      s.device = device_factory_(s.spec, s.model.params());
+    } else {
+      std::string why;
+      const int n = model::cuda_device_count(&why);
+      if (n == 0 || d.index >= n) {
+        fail(Code::unavailable, "/device: rank " + std::to_string(rank()) + " asked for " +
+                                    c.device + ": " +
+                                    (n == 0 ? why : "this machine has " + std::to_string(n) +
+                                                        " CUDA devices, numbered from 0"));
+      }
+      s.device = model::make_cuda_mlp(s.spec, d.index >= 0 ? d.index : rank() % n,
+                                      s.model.params());
+    }
+    s.device->upload_rows(data_.train.features, data_.train.labels);
+    DPG_INFO("train: rank " << rank() << " computes on " << s.device->device_name());
+  }
   s.evaluator.emplace(eval_data(), comm_);
   if (comm_ && c.init == Init::same) {
     // Seeded initialisation already agrees; the broadcast makes it so whatever the build.

@@ -18,7 +18,9 @@
 #include "runtime/core/trace.h"
 #include "runtime/core/train_config.h"
 #include "runtime/data/dataset.h"
+#include "runtime/model/device_mlp.h"
 #include "runtime/train/gossip.h"
+#include "runtime/train/gradient.h"
 #include "runtime/train/report.h"
 
 namespace dpg::train {
@@ -57,6 +59,12 @@ class Trainer {
   void set_sum_hook(std::function<void(long long t, std::span<float> sum)> hook) {
     sum_hook_ = std::move(hook);
   }
+  // With device cuda: makes the device model instead of the CUDA backend (tests run the
+  // trainer's device path on the backend's host instance, model::make_host_thrust_mlp). Set
+  // before run().
+  using DeviceFactory = std::function<std::unique_ptr<model::DeviceMlp>(
+      const model::MlpSpec& spec, std::span<const float> params)>;
+  void set_device_factory(DeviceFactory f) { device_factory_ = std::move(f); }
   // A flag a signal handler sets (async-signal-safe: a lock-free atomic); read at each stop
   // check. Must outlive run().
   void set_stop_flag(const std::atomic<bool>* flag) { stop_flag_ = flag; }
@@ -82,6 +90,10 @@ class Trainer {
   // Sample, forward, backward with per-example norms, clip and noise, exchange and update,
   // account.
   void step(RunState& s, long long t, EpochTotals& totals, TrainSummary& summary) const;
+  // The step's released gradient (sample, forward, backward, clip, noise) on the CPU, or on the
+  // GPU of --device cuda.
+  dp::PrivateGradient cpu_gradient(RunState& s, long long t, StepStats& stats) const;
+  dp::PrivateGradient device_gradient(RunState& s, long long t, StepStats& stats) const;
   EpochReport evaluate_epoch(RunState& s, int epoch, long long t, const EpochTotals& totals) const;
   // The spread of the peers' models, and with `eval` the models on metrics_eval_rows test rows.
   ConsensusReport consensus(RunState& s, long long round, bool eval) const;
@@ -123,6 +135,7 @@ class Trainer {
   std::function<void(long long t)> step_hook_;
   std::function<void(long long t, std::span<float> sum)> sum_hook_;
   const std::atomic<bool>* stop_flag_ = nullptr;
+  DeviceFactory device_factory_;
   std::unique_ptr<CheckpointDir> checkpoints_;
   long long start_step_ = 0;       // where this run began (0, or the step it resumed from)
   long long reserved_floor_ = 0;   // steps an abandoned continuation reached that a replay repeats

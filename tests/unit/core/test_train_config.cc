@@ -45,6 +45,7 @@ dpg::TrainConfig unusual() {
   c.insecure_fixed_seed = true;
   c.secure_noise = true;  // with dp off, beside a noise seed
   c.threads = 3;
+  c.device = "cuda:1";  // per peer: each may compute on its own GPU
   c.algo = dpg::Algo::ps_async;
   c.noise_mode = dpg::NoiseMode::local;
   c.topology = "exponential";
@@ -162,7 +163,7 @@ TEST_CASE("train config: the hash ignores exactly the per-peer fields") {
   const std::set<std::string> per_peer = {"data",     "threads", "metrics",
                                           "noise_seed", "run_name", "trace",
                                           "checkpoint_dir", "insecure_fixed_seed",
-                                          "report_dropped"};
+                                          "report_dropped", "device"};
   // Shared, but free to change when a run is resumed: not in the checkpoint's hash.
   const std::set<std::string> control = {"timeout_s", "checkpoint_every", "checkpoint_keep",
                                          "resume", "stop_check_every", "transport",

@@ -59,13 +59,15 @@ struct PeerResult {
 // `phases` are the graphs for graph-based algorithms. `timeout` bounds every wait. `step_hook`,
 // when set, runs on each peer's thread before each of its steps, with its rank and the step (to
 // slow a peer down, or make it throw mid-run). `setup`, when set, gets each peer's trainer
-// before it runs (a stop flag, a hook of its own).
+// before it runs (a stop flag, a hook of its own). `config_for`, when set, gives each rank's
+// config instead of `c` (per-peer fields such as the device).
 inline std::vector<PeerResult> run_peers(
     int world, const TrainConfig& c, std::size_t rows_per_peer,
     const std::vector<train::GossipPhase>& phases = {},
     std::chrono::milliseconds timeout = std::chrono::seconds(20),
     const std::function<void(int rank, long long step)>& step_hook = {},
-    const std::function<void(int rank, train::Trainer& trainer)>& setup = {}) {
+    const std::function<void(int rank, train::Trainer& trainer)>& setup = {},
+    const std::function<TrainConfig(int rank)>& config_for = {}) {
   net::InprocFabric fabric(world, timeout);
   std::vector<PeerResult> out(static_cast<std::size_t>(world));
   const data::Dataset test = blobs(300, 999);
@@ -76,7 +78,7 @@ inline std::vector<PeerResult> run_peers(
       try {
         collective::Communicator comm(fabric.peer(r));
         data::Prepared d{blobs(rows_per_peer, 100 + static_cast<std::uint64_t>(r)), test, {}};
-        train::Trainer t(c, std::move(d), &comm, phases);
+        train::Trainer t(config_for ? config_for(r) : c, std::move(d), &comm, phases);
         if (step_hook) t.set_step_hook([&step_hook, r](long long s) { step_hook(r, s); });
         if (setup) setup(r, t);
         res.summary = t.run([&](const train::EpochReport& e) { res.epochs.push_back(e); });
