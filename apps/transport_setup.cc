@@ -30,7 +30,11 @@ TransportPlan plan_transport(const net::HostsFile& hosts, int rank, const std::v
                (hosts.source.empty() ? std::string("the hosts list") : hosts.source) +
                "; shared memory needs both on one host (use --transport auto or tcp)");
     }
-    const bool shm = mode == TransportMode::shm || (mode == TransportMode::automatic && there == here);
+    // nccl: the float all-reduces go through NCCL (the trainer sets that up over this
+    // transport); everything else, its bootstrap included, travels as under auto.
+    const bool shm = mode == TransportMode::shm ||
+                     ((mode == TransportMode::automatic || mode == TransportMode::nccl) &&
+                      there == here);
     (shm ? plan.shm_peers : plan.tcp_peers).push_back(p);
   }
   return plan;

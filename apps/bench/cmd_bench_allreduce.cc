@@ -103,11 +103,18 @@ constexpr const char* kSecAggBackend = "dpgossip+secagg";
 enum class Variant { plain, tls, hierarchical };
 
 TransportMode mode_of(const AllreduceBenchOptions& o) {
+  TransportMode m;
   try {
-    return parse_enum<TransportMode>(o.transport);
+    m = parse_enum<TransportMode>(o.transport);
   } catch (const Error& e) {
     fail(Code::invalid_argument, std::string("--transport: ") + e.what());
   }
+  if (m == TransportMode::nccl) {
+    fail(Code::invalid_argument, "--transport: nccl needs a GPU for every rank, and this "
+                                 "benchmark runs its peers on one machine; it times auto, tcp "
+                                 "and shm");
+  }
+  return m;
 }
 
 // Rank-valued inputs whose sum is exact in float: x[i] = rank + 1 + i % 3.

@@ -48,7 +48,13 @@ Communicator::Communicator(net::Transport& transport, Options options)
   if (options_.segment_bytes == 0) fail(Code::invalid_argument, "segment_bytes must be positive");
 }
 
-void Communicator::allreduce(std::span<float> data, Reduce op) { allreduce_any(data, op); }
+void Communicator::allreduce(std::span<float> data, Reduce op) {
+  if (float_route_) {
+    float_route_(data, op);
+    return;
+  }
+  allreduce_any(data, op);
+}
 void Communicator::allreduce(std::span<double> data, Reduce op) { allreduce_any(data, op); }
 void Communicator::allreduce(std::span<std::uint32_t> data) { allreduce_any(data, Reduce::sum); }
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -90,6 +91,12 @@ class Communicator {
   // The number of splits of this communicator so far, then one more (collective/group.h).
   int take_split();
 
+  // An accelerated path for this communicator's float all-reduces (nccl_communicator.h's
+  // nccl_float_allreduce): every allreduce(std::span<float>) goes to it instead of the transport.
+  // Every peer must route alike, or the peers would wait on different paths. Empty: the transport.
+  using FloatAllreduce = std::function<void(std::span<float> data, Reduce op)>;
+  void route_float_allreduce(FloatAllreduce route) { float_route_ = std::move(route); }
+
  private:
   // Recursive doubling for small buffers on a power-of-two world, halving-doubling for medium
   // ones there, else the ring.
@@ -111,6 +118,7 @@ class Communicator {
   Options options_;
   uint64_t round_ = 0;
   int splits_ = 0;
+  FloatAllreduce float_route_;
   std::vector<std::byte> scratch_;        // two ring blocks, for the reduce-scatter receives
   std::vector<net::Handle> sends_, recvs_;  // (steps, segments)
   std::vector<char> sent_waited_;

@@ -530,4 +530,10 @@ void NcclCommunicator::exchange(std::span<const DeviceSend> sends,
   await(what, start);
 }
 
+Communicator::FloatAllreduce nccl_float_allreduce(Communicator& comm, int device,
+                                                  NcclOptions options) {
+  auto nccl = std::make_shared<NcclCommunicator>(comm, device, options);
+  return [nccl](std::span<float> data, Reduce op) { nccl->allreduce(data, op); };
+}
+
 }  // namespace dpg::collective

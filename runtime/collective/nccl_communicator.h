@@ -137,4 +137,10 @@ class NcclCommunicator {
   std::string message_;  // the first failure, "rank R: ..."
 };
 
+// Every float all-reduce of `comm` through a new NcclCommunicator over it on `device` (collective,
+// like the constructor): the route for Communicator::route_float_allreduce, owning the NCCL
+// communicator. In a build without NCCL it throws unavailable saying so.
+Communicator::FloatAllreduce nccl_float_allreduce(Communicator& comm, int device,
+                                                  NcclOptions options = {});
+
 }  // namespace dpg::collective

@@ -35,7 +35,7 @@ enum class Init { same, independent };
 enum class PrivacyAccountant { pld, rdp };
 // How peers talk: auto, shared memory with the peers the hosts file puts on this peer's host and
 // TCP with the rest; tcp or shm, one for every peer (shm refuses a peer on another host).
-enum class TransportMode { automatic, tcp, shm };
+enum class TransportMode { automatic, tcp, shm, nccl };
 // The split every epoch line and the summary evaluate: the test split, or the training rows that
 // `prepare --validation N` held out (what a configuration is tuned on).
 enum class EvalSplit { test, validation };
@@ -71,7 +71,7 @@ template <> struct EnumNames<PrivacyAccountant> {
   static constexpr std::string_view names[] = {"pld", "rdp"};
 };
 template <> struct EnumNames<TransportMode> {
-  static constexpr std::string_view names[] = {"auto", "tcp", "shm"};
+  static constexpr std::string_view names[] = {"auto", "tcp", "shm", "nccl"};
 };
 template <> struct EnumNames<EvalSplit> {
   static constexpr std::string_view names[] = {"test", "validation"};

@@ -7,6 +7,7 @@
 
 #include "dp/accountant.h"
 #include "dp/mechanism.h"
+#include "runtime/collective/nccl_communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/model/blas_threads.h"
@@ -55,6 +56,22 @@ Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicat
     }
     if (config_.bucket_bytes > 0) fail(Code::invalid_argument, "/secure_aggregation: not with bucket_bytes (one masked sum per step)");
     if (config_.hierarchical) fail(Code::invalid_argument, "/secure_aggregation: not with hierarchical (the masks cancel only in the flat sum)");
+  }
+  if (config_.transport == TransportMode::nccl) {
+    if (!parse_device(config_.device).cuda) {
+      fail(Code::invalid_argument, "/transport: nccl reduces on the GPU of device cuda or cuda:N, "
+                                   "not on device " + config_.device);
+    }
+    if (config_.algo != Algo::allreduce && config_.algo != Algo::local_sgd) {
+      fail(Code::invalid_argument,
+           "/transport: nccl carries the float all-reduces of allreduce and local-sgd, not " +
+               to_string(config_.algo) + "'s messages (use auto, tcp or shm)");
+    }
+    if (config_.bucket_bytes > 0 || config_.hierarchical) {
+      fail(Code::invalid_argument, std::string("/transport: nccl reduces the whole gradient at "
+                                               "once; not with ") +
+                                       (config_.bucket_bytes > 0 ? "bucket_bytes" : "hierarchical"));
+    }
   }
   if (parse_device(config_.device).cuda && (config_.secure_noise || config_.secure_aggregation)) {
     fail(Code::invalid_argument,
@@ -337,6 +354,12 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     }
     s.device->upload_rows(data_.train.features, data_.train.labels);
     DPG_INFO("train: rank " << rank() << " computes on " << s.device->device_name());
+    if (comm_ && c.transport == TransportMode::nccl) {
+      // Collective: every peer sets up NCCL here, on the GPU it computes on.
+      comm_->route_float_allreduce(collective::nccl_float_allreduce(
+          *comm_, d.index >= 0 ? d.index : rank() % std::max(1, model::cuda_device_count(nullptr))));
+      DPG_INFO("train: rank " << rank() << ": float all-reduces through NCCL");
+    }
   }
   s.evaluator.emplace(eval_data(), comm_);
   if (comm_ && c.init == Init::same) {

@@ -196,3 +196,31 @@ TEST_CASE("a size mismatch between peers is an error naming the peer, not a hang
                                  }),
                        doctest::Contains("peer"), dpg::Error);
 }
+
+TEST_CASE("a routed communicator sends its float all-reduces down the route, the rest as before") {
+  run_world(3, Options{}, [&](Communicator& c) {
+    int calls = 0;
+    Reduce seen = Reduce::sum;
+    // A route that reduces through the transport's double path, so the result is still the sum.
+    c.route_float_allreduce([&](std::span<float> data, Reduce op) {
+      ++calls;
+      seen = op;
+      std::vector<double> d(data.begin(), data.end());
+      c.allreduce(std::span<double>(d), op);
+      std::copy(d.begin(), d.end(), data.begin());
+    });
+    std::vector<float> f(10, static_cast<float>(c.rank() + 1));
+    c.allreduce(std::span<float>(f), Reduce::average);
+    CHECK(calls == 1);
+    CHECK(seen == Reduce::average);
+    for (float v : f) CHECK(v == 2.0f);
+    std::vector<double> d(4, 1.0);
+    c.allreduce(std::span<double>(d));  // not routed
+    CHECK(calls == 1);
+    for (double v : d) CHECK(v == 3.0);
+    c.route_float_allreduce({});
+    c.allreduce(std::span<float>(f));
+    CHECK(calls == 1);
+    for (float v : f) CHECK(v == 6.0f);
+  });
+}

@@ -150,3 +150,30 @@ TEST_CASE("device path: secure noise and secure aggregation are refused; no GPU 
     MESSAGE("a GPU is present: the no-GPU error is not exercised");
   }
 }
+
+TEST_CASE("device path: --transport nccl needs device cuda and an all-reduce algorithm") {
+  TrainConfig c = test::small_config(Algo::allreduce);
+  c.transport = TransportMode::nccl;
+  auto res = test::run_peers(2, c, 100);
+  CHECK(res[0].error.find("/transport: nccl reduces on the GPU of device cuda") != std::string::npos);
+  c.device = "cuda";
+  c.algo = Algo::gossip;
+  res = test::run_peers(2, c, 100, test::graph_phases("ring", 2));
+  CHECK(res[0].error.find("/transport: nccl carries the float all-reduces of allreduce and "
+                          "local-sgd, not gossip") != std::string::npos);
+  c.algo = Algo::allreduce;
+  c.bucket_bytes = 1024;
+  res = test::run_peers(2, c, 100);
+  CHECK(res[1].error.find("not with bucket_bytes") != std::string::npos);
+  std::string why;
+  if (model::cuda_device_count(&why) == 0) {
+    // On the device backend's host instance the NCCL set-up itself names the missing GPU, on
+    // every rank, without a hang.
+    c.bucket_bytes = 0;
+    res = run(c, 2);
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(res[r].error);
+      CHECK(res[r].error.find("nccl") != std::string::npos);
+    }
+  }
+}

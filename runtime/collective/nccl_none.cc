@@ -1,0 +1,14 @@
+// A build without NCCL (meson's summary says so): asking for it is a clear error.
+#include "runtime/collective/nccl_communicator.h"
+#include "runtime/core/error.h"
+
+namespace dpg::collective {
+
+Communicator::FloatAllreduce nccl_float_allreduce(Communicator& comm, int device, NcclOptions) {
+  fail(Code::unavailable, "rank " + std::to_string(comm.rank()) + ": --transport nccl (GPU " +
+                              std::to_string(device) + "): this build of dpgossip has no NCCL "
+                              "communicator (meson found no CUDA toolkit or NCCL; its summary "
+                              "lists what is built)");
+}
+
+}  // namespace dpg::collective
