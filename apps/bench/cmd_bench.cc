@@ -1,5 +1,6 @@
-// dpgossip bench step: samples/s of the non-private and the DP-SGD step of an MLP, optionally
-// side by side with PyTorch's non-private step run by tools/bench_torch_mlp.py in the same command.
+// dpgossip bench step: samples/s of the non-private and the DP-SGD step of an MLP, on the CPU or
+// a GPU (--device), optionally side by side with PyTorch's step run by tools/bench_torch_mlp.py in
+// the same command (its plain step on the CPU; its plain and DP steps on a GPU).
 #include <algorithm>
 #include <functional>
 #include <chrono>
@@ -22,6 +23,7 @@
 #include "runtime/core/rng.h"
 #include "runtime/core/train_config.h"
 #include "runtime/model/blas_threads.h"
+#include "runtime/model/device_mlp.h"
 #include "runtime/model/gemm.h"
 #include "runtime/model/mlp.h"
 #include "runtime/train/gradient.h"
@@ -43,12 +45,35 @@ struct StepBenchOptions {
   std::string python = "/usr/bin/python3";
   bool json = false;
   bool secure_noise = false;  // also time the DP step with --secure-noise's generator
+  std::string device = "cpu";  // cpu, or cuda / cuda:N: the step on the CUDA backend
 };
 
 using bench::median;
 using Row = bench::StepRow;
 
-// Median samples/s over `repeats` timed windows of about `seconds / repeats` each.
+// Median samples/s of `step` over o.repeats timed windows of about o.seconds / o.repeats each,
+// after a warm-up of 10 steps and a quarter of the timed seconds, as tools/bench_torch_mlp.py does.
+double rate_of_steps(const std::function<void()>& step, const StepBenchOptions& o) {
+  const auto warm_until = std::chrono::steady_clock::now() +
+                          std::chrono::duration<double>(o.seconds / 4);
+  for (int i = 0; i < 10 || std::chrono::steady_clock::now() < warm_until; ++i) step();
+  std::vector<double> rates;
+  const double window = o.seconds / o.repeats;
+  for (int r = 0; r < o.repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    long steps = 0;
+    double elapsed = 0;
+    do {
+      step();
+      ++steps;
+      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } while (elapsed < window && steps < 1000000);
+    rates.push_back(static_cast<double>(steps) * o.batch / elapsed);
+  }
+  return median(rates);
+}
+
+// The CPU step's median samples/s (rate_of_steps).
 // mode: "sgd", "dpsgd" or "dpsgd-secure" (the DP step with secure noise).
 double time_steps(const model::MlpSpec& spec, const std::string& mode, const StepBenchOptions& o) {
   model::Mlp mlp(spec, 1);
@@ -72,24 +97,44 @@ double time_steps(const model::MlpSpec& spec, const std::string& mode, const Ste
     auto g = train::private_gradient(mlp, ws, labels, mech, buffers, stats);
     sgd.apply(mlp.params(), g);
   };
-  // Warm-up: 10 steps and a quarter of the timed seconds, as tools/bench_torch_mlp.py does.
-  const auto warm_until = std::chrono::steady_clock::now() +
-                          std::chrono::duration<double>(o.seconds / 4);
-  for (int i = 0; i < 10 || std::chrono::steady_clock::now() < warm_until; ++i) step();
-  std::vector<double> rates;
-  const double window = o.seconds / o.repeats;
-  for (int r = 0; r < o.repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    long steps = 0;
-    double elapsed = 0;
-    do {
-      step();
-      ++steps;
-      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    } while (elapsed < window && steps < 1000000);
-    rates.push_back(static_cast<double>(steps) * o.batch / elapsed);
-  }
-  return median(rates);
+  return rate_of_steps(step, o);
+}
+
+// The same step on GPU `index` (runtime/model/device_mlp.h): the batch resident on the device,
+// forward, backward, ghost-norm clipping, the clipped sum, Philox noise and the SGD update all
+// there; nothing crosses to the host but the step's counters. Median samples/s as time_steps.
+double time_device_steps(const model::MlpSpec& spec, const std::string& mode,
+                         const StepBenchOptions& o, int index) {
+  const model::Mlp init(spec, 1);
+  auto dev = model::make_cuda_mlp(spec, index, init.params());
+  Rng rng(2);
+  std::vector<float> x(static_cast<std::size_t>(o.batch) * spec.inputs);
+  for (auto& v : x) v = static_cast<float>(rng.normal());
+  std::vector<std::int32_t> labels(o.batch);
+  for (auto& l : labels) l = static_cast<std::int32_t>(rng.below(spec.classes));
+  dev->upload_rows(x, labels);
+  std::vector<std::uint32_t> rows(o.batch);
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::uint32_t>(i);
+  model::DeviceDpOptions dp{.enabled = mode != "sgd", .clip_norm = 1.0f, .noise_multiplier = 1.0,
+                            .expected_batch = static_cast<double>(o.batch), .seed = 3};
+  const model::DeviceSgdOptions sgd{.lr = 1e-3, .momentum = 0.9};
+  long long t = 0;
+  auto step = [&] {
+    dev->gradient(rows, t++, dp);  // returns once the device is done
+    dev->sgd_step(sgd);
+  };
+  return rate_of_steps(step, o);
+}
+
+// The device of --device as rows name it: "cpu" or "cuda:N" ("cuda" is GPU 0).
+std::string device_name(const StepBenchOptions& o) {
+  const DeviceChoice d = parse_device(o.device);
+  return d.cuda ? "cuda:" + std::to_string(std::max(d.index, 0)) : "cpu";
+}
+// PyTorch's modes: its plain step on the CPU (Debian's torch may lack torch.func); on a GPU also
+// its DP step (per-sample gradients by torch.func.vmap), the point of comparison.
+std::string torch_modes(const StepBenchOptions& o) {
+  return parse_device(o.device).cuda ? "sgd,dpsgd" : "sgd";
 }
 
 // The PyTorch baseline for one thread count, run without a shell: python, the script, its flags.
@@ -109,7 +154,8 @@ std::vector<Row> torch_rows(const StepBenchOptions& o, int threads) {
   proc::Command cmd{{o.python, script->string(), "--widths", o.widths, "--activation",
                      o.activation, "--threads", std::to_string(threads), "--batch",
                      std::to_string(o.batch), "--seconds", seconds.str(), "--repeats",
-                     std::to_string(o.repeats)},
+                     std::to_string(o.repeats), "--device", device_name(o), "--modes",
+                     torch_modes(o)},
                     {{"OMP_WAIT_POLICY", "PASSIVE"}}};
   proc::RunOptions ro;
   // Importing torch takes seconds on a busy machine; the timed part is 1.25 x --seconds.
@@ -122,11 +168,17 @@ std::vector<Row> torch_rows(const StepBenchOptions& o, int threads) {
                                         " needs Debian's python3-torch; its messages are above)");
   }
   std::vector<Row> rows = bench::parse_step_rows(r.out, o.torch_script + " output");
-  if (rows.size() != 1 || rows[0].backend != "torch" || rows[0].threads != threads ||
-      rows[0].batch != o.batch)
+  const std::size_t expected = torch_modes(o) == "sgd" ? 1 : 2;
+  bool ok = rows.size() == expected;
+  for (const Row& row : rows) {
+    ok = ok && row.backend == "torch" && row.threads == threads && row.batch == o.batch &&
+         row.device == device_name(o);
+  }
+  if (!ok)
     fail(Code::data_loss, o.torch_script + " printed " + std::to_string(rows.size()) +
-                              " rows; expected one torch row for " + std::to_string(threads) +
-                              " threads, batch " + std::to_string(o.batch) + ": " + r.out);
+                              " rows; expected " + std::to_string(expected) + " torch rows for " +
+                              std::to_string(threads) + " threads, batch " +
+                              std::to_string(o.batch) + " on " + device_name(o) + ": " + r.out);
   return rows;
 }
 
@@ -135,10 +187,11 @@ void print_rows(const std::vector<Row>& rows, bool json) {
     for (const auto& r : rows) std::cout << bench::to_json_line(r) << "\n";
     return;
   }
-  std::cout << std::left << std::setw(10) << "backend" << std::setw(14) << "mode" << std::setw(9)
-            << "threads" << std::setw(7) << "batch" << "samples/s\n";
+  std::cout << std::left << std::setw(10) << "backend" << std::setw(9) << "device" << std::setw(14)
+            << "mode" << std::setw(9) << "threads" << std::setw(7) << "batch" << "samples/s\n";
   for (const auto& r : rows) {
-    std::cout << std::left << std::setw(10) << r.backend << std::setw(14) << r.mode << std::setw(9)
+    std::cout << std::left << std::setw(10) << r.backend << std::setw(9) << r.device
+              << std::setw(14) << r.mode << std::setw(9)
               << r.threads << std::setw(7) << r.batch << std::fixed << std::setprecision(0)
               << r.samples_per_second << "\n";
   }
@@ -173,6 +226,11 @@ void print_ratios(const std::vector<std::vector<Row>>& runs, const std::vector<i
         return rate_of(r, "dpgossip", "dpsgd", t) / rate_of(r, "dpgossip", "dpsgd-secure", t);
       });
     }
+    if (torch && rate_of(runs.front(), "torch", "dpsgd", t) > 0) {
+      line("; dpgossip dpsgd / torch dpsgd", [&](const std::vector<Row>& r) {
+        return rate_of(r, "dpgossip", "dpsgd", t) / rate_of(r, "torch", "dpsgd", t);
+      });
+    }
     if (torch) {
       line("; dpgossip dpsgd / torch sgd", [&](const std::vector<Row>& r) {
         return rate_of(r, "dpgossip", "dpsgd", t) / rate_of(r, "torch", "sgd", t);
@@ -205,6 +263,19 @@ void run_step_bench(const StepBenchOptions& o) {
     fail(Code::invalid_argument, "--baseline: expected torch, got \"" + o.baseline + "\"");
   }
   const auto threads = parse_int_list(o.threads, "--threads");
+  std::string device;
+  try {
+    device = device_name(o);
+  } catch (const Error& e) {
+    std::string why = e.what();  // "/device: ..." from the config's parser
+    if (why.starts_with("/device: ")) why = why.substr(9);
+    fail(e.code(), "--device: " + why);
+  }
+  const int gpu = parse_device(o.device).cuda ? std::max(parse_device(o.device).index, 0) : -1;
+  if (gpu >= 0 && o.secure_noise) {
+    fail(Code::invalid_argument, "--secure-noise: the CPU's ChaCha20 noise; the device step "
+                                 "draws Philox noise (use --device cpu)");
+  }
   // Each round runs, per thread count, dpgossip's rows and then PyTorch's, so that a slow spell
   // of the machine (the two vCPUs of this VM sometimes share one core's vector units) lands on
   // both sides alike; rows are medians over rounds, ratios are taken within a round.
@@ -216,7 +287,9 @@ void run_step_bench(const StepBenchOptions& o) {
       std::vector<std::string> modes = {"sgd", "dpsgd"};
       if (o.secure_noise) modes.push_back("dpsgd-secure");
       for (const auto& mode : modes) {
-        rows.push_back({"dpgossip", mode, t, o.batch, time_steps(spec, mode, o)});
+        rows.push_back({"dpgossip", device, mode, t, o.batch,
+                        gpu >= 0 ? time_device_steps(spec, mode, o, gpu)
+                                 : time_steps(spec, mode, o)});
       }
       if (o.baseline == "torch") {
         const auto torch = torch_rows(o, t);
@@ -231,7 +304,9 @@ void run_step_bench(const StepBenchOptions& o) {
     for (const auto& run : runs) v.push_back(run[i].samples_per_second);
     rows[i].samples_per_second = median(v);
   }
-  if (!o.json) {
+  if (!o.json && gpu >= 0) {
+    std::cout << "dpgossip's step on " << device << " (cuBLAS, Thrust, cuRAND Philox)\n";
+  } else if (!o.json) {
     std::cout << "dpgossip's GEMMs:";
     for (int t : threads) {
       std::cout << (t == threads.front() ? " " : ", ") << model::gemm_library(t) << " at " << t << (t == 1 ? " thread" : " threads");
@@ -261,6 +336,9 @@ void add_bench(CLI::App& app) {
   step->add_option("--torch-script", o->torch_script, "path of the PyTorch script")->capture_default_str();
   step->add_option("--python", o->python, "Python interpreter with torch")->capture_default_str();
   step->add_flag("--json", o->json, "one JSON object per row");
+  step->add_option("--device", o->device,
+                   "cpu, or cuda / cuda:N: the step on that GPU (PyTorch's baseline too)")
+      ->capture_default_str();
   step->add_flag("--secure-noise", o->secure_noise,
                  "also time the DP step with secure noise (ChaCha20 from libcrypto)");
   step->callback([o] { run_step_bench(*o); });

@@ -28,11 +28,13 @@ struct AllreduceRow {
 };
 
 // One training-step configuration on one backend.
-// {"backend":"torch","mode":"sgd","threads":1,"batch":256,"samples_per_second":51234.5}
+// {"backend":"torch","device":"cpu","mode":"sgd","threads":1,"batch":256,
+//  "samples_per_second":51234.5}
 struct StepRow {
   std::string backend;  // "dpgossip", "torch"
+  std::string device;   // where the step's arithmetic ran: "cpu", or "cuda:N" (GPU N)
   std::string mode;     // "sgd" (no privacy) or "dpsgd"
-  int threads = 0;      // BLAS threads
+  int threads = 0;      // BLAS threads (CPU threads); on a GPU they bound only the host side
   int batch = 0;
   double samples_per_second = 0;  // median over the timed windows
 };
@@ -44,7 +46,7 @@ inline const std::vector<std::string>& allreduce_keys() {
   return keys;
 }
 inline const std::vector<std::string>& step_keys() {
-  static const std::vector<std::string> keys = {"backend", "mode", "threads", "batch",
+  static const std::vector<std::string> keys = {"backend", "device", "mode", "threads", "batch",
                                                 "samples_per_second"};
   return keys;
 }
@@ -85,7 +87,7 @@ inline int repeats_for_size(long long bytes, int repeats) {
 }
 
 namespace detail {
-// A JSON string of a plain name (backend, mode); other bytes are escaped as \u00XX.
+// A JSON string of a plain name (backend, device, mode); other bytes are escaped as \u00XX.
 inline std::string quoted(const std::string& s) {
   std::string out = "\"";
   for (const unsigned char c : s) {
@@ -120,9 +122,10 @@ inline std::string to_json_line(const AllreduceRow& r) {
 inline std::string to_json_line(const StepRow& r) {
   const auto& k = step_keys();
   return "{\"" + k[0] + "\":" + detail::quoted(r.backend) + ",\"" + k[1] + "\":" +
-         detail::quoted(r.mode) + ",\"" + k[2] + "\":" + std::to_string(r.threads) + ",\"" + k[3] +
-         "\":" + std::to_string(r.batch) + ",\"" + k[4] + "\":" +
-         detail::number(r.samples_per_second) + "}";
+         detail::quoted(r.device) + ",\"" + k[2] + "\":" + detail::quoted(r.mode) + ",\"" +
+         k[3] + "\":" + std::to_string(r.threads) + ",\"" + k[4] + "\":" +
+         std::to_string(r.batch) + ",\"" + k[5] + "\":" + detail::number(r.samples_per_second) +
+         "}";
 }
 
 }  // namespace dpg::bench

@@ -1,6 +1,7 @@
 #include "apps/bench/row_json.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <sstream>
 
 #include "runtime/core/error.h"
@@ -31,6 +32,15 @@ double non_negative(const JsonReader& in, const std::string& key) {
   const double v = in.number(key);
   if (!(v >= 0)) in.fail_at(key, "expected a non-negative number");
   return v;
+}
+
+// "cpu" or "cuda:N" (N decimal digits): the devices a step row names.
+bool is_device(const std::string& d) {
+  if (d == "cpu") return true;
+  const std::string prefix = "cuda:";
+  if (d.size() <= prefix.size() || d.compare(0, prefix.size(), prefix) != 0) return false;
+  return std::all_of(d.begin() + static_cast<std::ptrdiff_t>(prefix.size()), d.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
 }
 
 // Each non-blank line through `one`, with the line's number in `where`.
@@ -79,6 +89,9 @@ StepRow step_row_from_json(const Json& j, const std::string& where) {
   const JsonReader in = reader(j, where, step_keys());
   StepRow r;
   r.backend = in.string("backend");
+  r.device = in.string("device");
+  if (!is_device(r.device))
+    in.fail_at("device", "expected cpu or cuda:N, got \"" + r.device + "\"");
   r.mode = in.string("mode");
   if (r.mode != "sgd" && r.mode != "dpsgd") in.fail_at("mode", "expected sgd or dpsgd");
   r.threads = count(in, "threads", 1, 1 << 16);

@@ -10,7 +10,8 @@
 
 namespace dpg::bench {
 
-// Every key of the row is required and no other is allowed; invalid_argument otherwise.
+// Every key of the row is required and no other is allowed; invalid_argument otherwise. A step
+// row's device is "cpu" or "cuda:N", its mode "sgd" or "dpsgd".
 AllreduceRow allreduce_row_from_json(const Json& j, const std::string& where);
 StepRow step_row_from_json(const Json& j, const std::string& where);
 

@@ -4,10 +4,10 @@
 // for crosses to the host: the released gradient or the parameters when they go on the wire, the
 // step's few counters, and an evaluation's sums.
 //
-// One source (device_mlp_impl.h) is compiled twice:
-// - by nvcc for CUDA (device_mlp_cuda.cu): the matrix products in cuBLAS, the element-wise and
+// One source (cuda/device_mlp_impl.h) is compiled twice:
+// - by nvcc for CUDA (cuda/device_mlp_cuda.cu): the matrix products in cuBLAS, the element-wise and
 //   reduction work in Thrust's CUDA backend, the noise from cuRAND's Philox4x32-10;
-// - by the host compiler with Thrust's C++ backend (device_mlp_host.cc), the products in the CPU
+// - by the host compiler with Thrust's C++ backend (cuda/device_mlp_host.cc), the products in the CPU
 //   sgemm and the noise from cuRAND's host generator (the same Philox stream). It runs where no
 //   GPU is, so the reference tests check the backend's arithmetic on every machine.
 //

@@ -7,7 +7,7 @@
 
 #include "dp/accountant.h"
 #include "dp/mechanism.h"
-#include "runtime/collective/nccl_communicator.h"
+#include "runtime/collective/nccl/nccl_communicator.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/model/blas_threads.h"

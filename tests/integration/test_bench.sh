@@ -71,7 +71,7 @@ print("bench rows:", ", ".join(f"{b}@{s}: {t:.0f} us" for (b, s), t in sorted(ti
   { cat "$work/err.log" >&2; fail "bench allreduce --transport tcp failed"; }
 [[ $(grep -c '"backend":"dpgossip".*"ok":true' "$work/tcp.jsonl") == 2 ]] ||
   fail "bench allreduce --transport tcp: $(cat "$work/tcp.jsonl")"
-expect_error "--transport: expected auto, tcp or shm" \
+expect_error "--transport: expected auto, tcp, shm or nccl" \
   "$bin" bench allreduce --peers 2 --transport udp
 grep -q '"limit":"tcp_loopback_stream"' "$work/tcp.jsonl" &&
   grep -q '"ratio":"sent/loopback"' "$work/tcp.jsonl" ||
@@ -136,26 +136,48 @@ expect_error "--secure-aggregation: not with --hierarchical" \
 cat >"$work/fake_torch.py" <<'PY'
 import argparse, json, os, sys
 p = argparse.ArgumentParser()
-for flag in ("--widths", "--activation", "--threads", "--batch", "--seconds", "--repeats"):
+for flag in ("--widths", "--activation", "--threads", "--batch", "--seconds", "--repeats",
+             "--device", "--modes"):
     p.add_argument(flag)
 a = p.parse_args()
 if os.environ.get("OMP_WAIT_POLICY") != "PASSIVE":
     sys.exit(3)
-if os.environ.get("FAKE_TORCH_BAD"):
-    print(json.dumps({"backend": "torch", "mode": "sgd", "threads": int(a.threads), "batch": int(a.batch), "samples": 1}))
+if a.device != "cpu" or a.modes != "sgd":  # on the CPU, PyTorch's plain step only
+    sys.exit(4)
+bad = os.environ.get("FAKE_TORCH_BAD")
+if bad == "key":
+    print(json.dumps({"backend": "torch", "device": "cpu", "mode": "sgd", "threads": int(a.threads), "batch": int(a.batch), "samples": 1}))
+elif bad == "device":
+    print(json.dumps({"backend": "torch", "device": "gpu", "mode": "sgd", "threads": int(a.threads), "batch": int(a.batch), "samples_per_second": 1.0}))
 else:
-    print(json.dumps({"backend": "torch", "mode": "sgd", "threads": int(a.threads), "batch": int(a.batch), "samples_per_second": 1234.5}))
+    print(json.dumps({"backend": "torch", "device": "cpu", "mode": "sgd", "threads": int(a.threads), "batch": int(a.batch), "samples_per_second": 1234.5}))
 PY
 step=(bench step --widths 8,4 --threads 1 --batch 16 --seconds 0.05 --repeats 1 --rounds 1
       --baseline torch --python /usr/bin/python3 --torch-script "$work/fake_torch.py")
 "$bin" "${step[@]}" --json >"$work/step.jsonl" 2>"$work/step.err" ||
   fail "bench step with the stand-in: $(cat "$work/step.err")"
-grep -qx '{"backend":"torch","mode":"sgd","threads":1,"batch":16,"samples_per_second":1234.5}' \
+grep -qx '{"backend":"torch","device":"cpu","mode":"sgd","threads":1,"batch":16,"samples_per_second":1234.5}' \
   "$work/step.jsonl" || fail "bench step: the torch row is not kept: $(cat "$work/step.jsonl")"
-[[ $(grep -c '"backend":"dpgossip"' "$work/step.jsonl") == 2 ]] ||
-  fail "bench step: want 2 dpgossip rows: $(cat "$work/step.jsonl")"
-FAKE_TORCH_BAD=1 expect_error "fake_torch.py output line 1/samples: unknown key" "$bin" "${step[@]}"
+[[ $(grep -c '^{"backend":"dpgossip","device":"cpu","mode":"' "$work/step.jsonl") == 2 ]] ||
+  fail "bench step: want 2 dpgossip rows on the cpu: $(cat "$work/step.jsonl")"
+FAKE_TORCH_BAD=key expect_error "fake_torch.py output line 1/samples: unknown key" "$bin" "${step[@]}"
+FAKE_TORCH_BAD=device expect_error "fake_torch.py output line 1/device: expected cpu or cuda:N" \
+  "$bin" "${step[@]}"
 expect_error "--torch-script: $work/none.py not found" "$bin" "${step[@]/"$work/fake_torch.py"/"$work/none.py"}"
+expect_error '--device: expected cpu, cuda or cuda:N, got "gpu"' "$bin" bench step --device gpu
+expect_error "--secure-noise: the CPU's ChaCha20 noise" "$bin" bench step --device cuda --secure-noise
+expect_error "--transport: nccl needs a GPU for every rank" \
+  "$bin" bench allreduce --peers 2 --transport nccl
+# The device step: rows named cuda:0 on a machine with a GPU; else an error naming the device.
+gpu_step=(bench step --device cuda --widths 8,4 --threads 1 --batch 16 --seconds 0.05
+          --repeats 1 --rounds 1 --json)
+if "$bin" "${gpu_step[@]}" >"$work/gpu.jsonl" 2>"$work/gpu.err"; then
+  [[ $(grep -c '^{"backend":"dpgossip","device":"cuda:0","mode":"' "$work/gpu.jsonl") == 2 ]] ||
+    fail "bench step --device cuda: want 2 rows on cuda:0: $(cat "$work/gpu.jsonl")"
+else
+  grep -q -- "--device cuda:0: " "$work/gpu.err" ||
+    fail "bench step --device cuda without a GPU: $(cat "$work/gpu.err")"
+fi
 expect_error "--tls: TLS runs over TCP; --transport shm has none" \
   "$bin" bench allreduce --peers 2 --tls --transport shm
 

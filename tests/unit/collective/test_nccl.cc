@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "runtime/collective/communicator.h"
-#include "runtime/collective/nccl_communicator.h"
+#include "runtime/collective/nccl/nccl_communicator.h"
 #include "runtime/core/error.h"
 #include "tests/unit/collective/world.h"
 

@@ -1,5 +1,5 @@
 // A build without NCCL (meson's summary says so): asking for it is a clear error.
-#include "runtime/collective/nccl_communicator.h"
+#include "runtime/collective/nccl/nccl_communicator.h"
 #include "runtime/core/error.h"
 
 namespace dpg::collective {

@@ -1,4 +1,4 @@
-// The one source of the device MLP (device_mlp.h), included by exactly one translation unit per
+// The one source of the device MLP (runtime/model/device_mlp.h), included by exactly one translation unit per
 // backend, which defines first:
 //   DPG_DEVICE_CUDA (nvcc: cuBLAS, Thrust's CUDA backend, cuRAND's device generator), or
 //   DPG_DEVICE_HOST (the host compiler with THRUST_DEVICE_SYSTEM=CPP: the CPU sgemm, Thrust's C++

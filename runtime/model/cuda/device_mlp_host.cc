@@ -3,7 +3,7 @@
 // against the CPU model on every machine; nothing outside the tests links it.
 #define DPG_DEVICE_HOST 1
 #define DPG_DEVICE_NS host_backend
-#include "runtime/model/device_mlp_impl.h"
+#include "runtime/model/cuda/device_mlp_impl.h"
 
 namespace dpg::model {
 

@@ -1,7 +1,7 @@
 // The CUDA instance of the device MLP (device_mlp.h): cuBLAS, Thrust's CUDA backend, cuRAND.
 #define DPG_DEVICE_CUDA 1
 #define DPG_DEVICE_NS cuda_backend
-#include "runtime/model/device_mlp_impl.h"
+#include "runtime/model/cuda/device_mlp_impl.h"
 
 namespace dpg::model {
 

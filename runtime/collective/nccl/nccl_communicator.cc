@@ -1,4 +1,4 @@
-#include "runtime/collective/nccl_communicator.h"
+#include "runtime/collective/nccl/nccl_communicator.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
