@@ -1,5 +1,7 @@
 #include "runtime/core/error.h"
 
+#include <sstream>
+
 namespace dpg {
 
 std::string_view code_name(Code code) {
@@ -20,5 +22,12 @@ std::string_view code_name(Code code) {
 Error::Error(Code code, const std::string& message) : std::runtime_error(message), code_(code) {}
 
 void fail(Code code, const std::string& message) { throw Error(code, message); }
+
+std::string seconds_text(std::chrono::steady_clock::duration d) {
+  std::ostringstream os;
+  os.precision(3);
+  os << std::chrono::duration<double>(d).count() << " s";
+  return os.str();
+}
 
 }  // namespace dpg

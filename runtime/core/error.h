@@ -2,6 +2,7 @@
 // Library code throws; only main() catches, logs and returns non-zero.
 #pragma once
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -32,5 +33,8 @@ class Error : public std::runtime_error {
 };
 
 [[noreturn]] void fail(Code code, const std::string& message);
+
+// An elapsed time as error messages write it: "2.5 s" (three significant digits).
+std::string seconds_text(std::chrono::steady_clock::duration d);
 
 }  // namespace dpg

@@ -3,22 +3,11 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <sstream>
 #include <utility>
 
 namespace dpg::net {
-namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string seconds_text(Clock::duration d) {
-  std::ostringstream os;
-  os.precision(3);
-  os << std::chrono::duration<double>(d).count() << " s";
-  return os.str();
-}
-
-}  // namespace
 
 OpTable::OpTable(int rank, std::chrono::milliseconds timeout, int spin_us)
     : rank_(rank), timeout_(timeout), spin_us_(spin_us) {}

@@ -84,8 +84,10 @@ setup=(-Db_sanitize="$flags" -Db_lundef=false -Dbuildtype=plain "-Dcpp_args=['-O
 # g++ links UBSan's runtime as a library of its own beside ASan's, and that shared copy ignores
 # UBSAN_OPTIONS' log_path (its reports would go to stderr, where a test that expects a peer to
 # fail never looks); linked statically it reads its options itself. clang's runtime needs nothing.
+# Programs that use the CUDA backend's static library are linked by nvcc, which runs g++ with
+# what -Xcompiler hands it: cuda_link_args (meson ignores it where no CUDA compiler is).
 if [ "$mode" = asan ] && ! "${CXX:-c++}" --version 2>/dev/null | grep -qi clang; then
-  setup+=(-Dcpp_link_args=-static-libubsan)
+  setup+=(-Dcpp_link_args=-static-libubsan -Dcuda_link_args=-Xcompiler=-static-libubsan)
 fi
 if [ -f "$build/build.ninja" ]; then
   meson setup --reconfigure "$build" "${setup[@]}" >/dev/null

@@ -10,7 +10,6 @@
 #include <exception>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -22,13 +21,6 @@ namespace dpg::collective {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string seconds_text(Clock::duration d) {
-  std::ostringstream os;
-  os.precision(3);
-  os << std::chrono::duration<double>(d).count() << " s";
-  return os.str();
-}
 
 template <std::size_t N>
 void put_text(std::array<char, N>& to, std::string_view from) {
