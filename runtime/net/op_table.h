@@ -26,7 +26,9 @@ enum class OpKind : uint8_t { send, recv };
 struct OpSlot {
   enum State : int { idle = 0, pending = 1, done = 2 };
   std::atomic<int> state{idle};
-  uint32_t generation = 0;
+  // Read by the shared-memory progress thread (is the receive a wait names still that one?)
+  // while its owner releases the slot: atomic, like state.
+  std::atomic<uint32_t> generation{0};
   OpKind kind = OpKind::send;
   int peer = 0;
   Tag tag;
