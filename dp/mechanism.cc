@@ -22,6 +22,9 @@ GaussianMechanism::GaussianMechanism(std::size_t num_params, MechanismOptions op
                                      std::to_string(options_.noise_multiplier));
   }
   if (options_.enabled && options_.secure_noise) secure_key_ = NoiseKey::from_os();
+  if (secure_key_ && !options_.secure_aggregation && options_.noise_multiplier > 0.0) {
+    noise_grid_ = plan_noise_grid(options_.noise_multiplier, num_params);
+  }
   if (options_.enabled && options_.secure_aggregation) {
     if (!(options_.grid_scale >= 1) || !(options_.skellam_mu >= 0)) {
       fail(Code::invalid_argument, "secure aggregation: grid_scale must be >= 1 and skellam_mu "
@@ -60,8 +63,8 @@ std::span<float> GaussianMechanism::begin_step() {
 void GaussianMechanism::noise(std::size_t begin, std::size_t end) {
   const float inv = static_cast<float>(1.0 / options_.expected_batch);
   const std::span<float> range(buffer_.data() + begin, end - begin);
-  if (sigma() > 0.0 && secure_key_) {
-    add_gaussian_secure(range, sigma() * options_.clip_norm, *secure_key_, step_, inv, begin);
+  if (sigma() > 0.0 && noise_grid_) {
+    noise_on_grid(begin, end);
   } else if (sigma() > 0.0) {
     if (!keyed_) {
       key_ = rng_.next();
@@ -70,6 +73,25 @@ void GaussianMechanism::noise(std::size_t begin, std::size_t end) {
     add_gaussian(range, sigma() * options_.clip_norm, key_, inv, begin);  // noise, then / batch
   } else {
     for (float& v : range) v *= inv;
+  }
+}
+
+void GaussianMechanism::noise_on_grid(std::size_t begin, std::size_t end) {
+  // round(x * scale / C) as int64; N_Z(0, s2) there; the integer times C / scale / batch.
+  const double to_grid = noise_grid_->scale / options_.clip_norm;
+  const double from_grid = options_.clip_norm / noise_grid_->scale / options_.expected_batch;
+  grid_values_.resize(end - begin);
+  for (std::size_t i = begin; i < end; ++i) {
+    const double v = std::nearbyint(static_cast<double>(buffer_[i]) * to_grid);
+    if (!(std::abs(v) < 0x1.0p62)) {
+      fail(Code::internal, "secure noise: value " + std::to_string(i) + " of the clipped sum (" +
+                               std::to_string(buffer_[i]) + ") does not fit the grid");
+    }
+    grid_values_[i - begin] = static_cast<std::int64_t>(v);
+  }
+  add_discrete_gaussian(grid_values_, noise_grid_->sigma2, *secure_key_, step_, begin);
+  for (std::size_t i = begin; i < end; ++i) {
+    buffer_[i] = static_cast<float>(static_cast<double>(grid_values_[i - begin]) * from_grid);
   }
 }
 

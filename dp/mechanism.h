@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "dp/discrete_gaussian.h"
 #include "dp/secure_noise.h"
 #include "runtime/core/rng.h"
 
@@ -55,6 +56,8 @@ struct MechanismOptions {
   double expected_batch = 1.0;     // public denominator: q * dataset size, never the realised batch
   // Noise from ChaCha20 under a key from getrandom(2) (secure_noise.h) instead of the counter
   // hash under the seed: no seed to search, nothing that predicts one step's noise from another's.
+  // Without secure aggregation the clipped sum goes onto an integer grid and takes exact discrete
+  // Gaussian noise there (discrete_gaussian.h), so no float rounding of the noise is released.
   bool secure_noise = false;
   // Secure aggregation (privacy_plan.h's SecureAggregationPlan): release() puts the clipped sum
   // on the grid (grid_scale steps per C) and adds Skellam(skellam_mu) there instead of Gaussian
@@ -108,6 +111,9 @@ class GaussianMechanism {
   double sigma() const { return options_.enabled ? options_.noise_multiplier : 0.0; }
   // Noises and scales [begin, end) (nothing checked).
   void noise(std::size_t begin, std::size_t end);
+  // secure_noise without secure aggregation: [begin, end) onto the grid, discrete Gaussian noise
+  // there, and back, scaled.
+  void noise_on_grid(std::size_t begin, std::size_t end);
   // Secure aggregation: whether it is on; the sum onto the grid with its noise (into grid_, and
   // this peer's share decoded into buffer_); grid values decoded into buffer_.
   bool on_grid() const;
@@ -121,8 +127,11 @@ class GaussianMechanism {
   // The step's noise key, drawn at its first release (one draw per step, as a whole release).
   std::uint64_t key_ = 0;
   bool keyed_ = false;
-  // secure_noise: the run's key, and the step count that is each step's nonce under it.
+  // secure_noise: the run's key, and the step count that is each step's nonce under it; without
+  // secure aggregation, the grid of its discrete Gaussian noise and a range's grid values.
   std::optional<NoiseKey> secure_key_;
+  std::optional<NoiseGrid> noise_grid_;
+  std::vector<std::int64_t> grid_values_;
   std::uint64_t step_ = 0;
   std::vector<std::pair<std::size_t, std::size_t>> released_;  // this step's released ranges
 };

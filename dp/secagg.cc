@@ -180,8 +180,8 @@ void add_pair_mask(std::span<std::uint32_t> v, const PairKey& key, std::uint64_t
                                      std::to_string(end) +
                                      " passes ChaCha20's counter (2^36 words)");
   }
-  // IV: the 32-bit little-endian block counter, then the 96-bit nonce (step, then zeros), as in
-  // secure_noise.cc.
+  // IV: the 32-bit little-endian block counter, then the 96-bit nonce (step, then zeros), under
+  // the pair's own key.
   unsigned char iv[16] = {};
   for (int i = 0; i < 4; ++i) iv[i] = static_cast<unsigned char>(block0 >> (8 * i));
   for (int i = 0; i < 8; ++i) iv[4 + i] = static_cast<unsigned char>(step >> (8 * i));

@@ -1,7 +1,5 @@
 #include "dp/skellam.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -12,6 +10,7 @@
 
 #include "dp/checks.h"
 #include "dp/log_math.h"
+#include "dp/value_stream.h"
 #include "runtime/core/error.h"
 
 namespace dpg::dp {
@@ -26,106 +25,23 @@ using logmath::kInf;
 using logmath::kNaN;
 
 // ---------------------------------------------------------------------------------------------
-// Keystream
+// Uniforms
 
-constexpr std::size_t kWordsPerBlock = 8;           // 64-bit words in a 64-byte ChaCha20 block
-constexpr std::size_t kChunkBlocks = 256;           // keystream made 16 KiB at a time
-constexpr std::uint64_t kMaxValues = 1ULL << 32;    // one block per value, 32-bit block counter
-constexpr std::uint32_t kTagMain = 1;               // nonce tags (add_gaussian_secure: 0)
-constexpr std::uint32_t kTagSubkey = 2;
-constexpr std::uint32_t kTagOverflow = 3;
-
-struct CtxFree {
-  void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); }
-};
-using Ctx = std::unique_ptr<EVP_CIPHER_CTX, CtxFree>;
-
-// IV as OpenSSL's EVP_chacha20 takes it: the 32-bit little-endian block counter, then the 96-bit
-// nonce (a 64-bit word, then a 32-bit tag, both little-endian).
-std::array<unsigned char, 16> make_iv(std::uint32_t counter, std::uint64_t word,
-                                      std::uint32_t tag) {
-  std::array<unsigned char, 16> iv{};
-  for (int i = 0; i < 4; ++i) iv[i] = static_cast<unsigned char>(counter >> (8 * i));
-  for (int i = 0; i < 8; ++i) iv[4 + i] = static_cast<unsigned char>(word >> (8 * i));
-  for (int i = 0; i < 4; ++i) iv[12 + i] = static_cast<unsigned char>(tag >> (8 * i));
-  return iv;
-}
-
-Ctx chacha(const unsigned char* key, const std::array<unsigned char, 16>& iv) {
-  Ctx ctx(EVP_CIPHER_CTX_new());
-  if (!ctx || EVP_EncryptInit_ex(ctx.get(), EVP_chacha20(), nullptr, key, iv.data()) != 1) {
-    fail(Code::internal, "skellam noise: ChaCha20 could not be set up (libcrypto)");
-  }
-  return ctx;
-}
-
-// `bytes` bytes of keystream (ChaCha20 applied to zeros) into out.
-void keystream(EVP_CIPHER_CTX* ctx, void* out, std::size_t bytes) {
-  static const unsigned char zeros[kChunkBlocks * 64] = {};
-  int len = 0;
-  if (EVP_EncryptUpdate(ctx, static_cast<unsigned char*>(out), &len, zeros,
-                        static_cast<int>(bytes)) != 1 ||
-      len != static_cast<int>(bytes)) {
-    fail(Code::internal, "skellam noise: ChaCha20 keystream failed (libcrypto)");
-  }
-}
-
-// The per-value sub-streams of the rare values whose rejection sampling runs past their block:
-// block j of value x is ChaCha20(K', nonce (x, kTagOverflow)) block j, with the sub-key K' the
-// first 32 bytes of ChaCha20(key, nonce (stream, kTagSubkey)). Set up on first use.
-class Overflow {
- public:
-  Overflow(const NoiseKey& key, std::uint64_t stream) : key_(key), stream_(stream) {}
-
-  void block(std::uint64_t x, std::uint32_t j, std::uint64_t* out) {
-    if (!ctx_) {
-      Ctx kdf = chacha(key_.bytes.data(), make_iv(0, stream_, kTagSubkey));
-      keystream(kdf.get(), subkey_.data(), subkey_.size());
-      ctx_ = chacha(subkey_.data(), make_iv(0, 0, kTagOverflow));
-    }
-    const auto iv = make_iv(j, x, kTagOverflow);
-    if (EVP_EncryptInit_ex(ctx_.get(), nullptr, nullptr, subkey_.data(), iv.data()) != 1) {
-      fail(Code::internal, "skellam noise: ChaCha20 could not be set up (libcrypto)");
-    }
-    keystream(ctx_.get(), out, 64);
-  }
-
-  ~Overflow() { OPENSSL_cleanse(subkey_.data(), subkey_.size()); }
-
- private:
-  const NoiseKey& key_;
-  std::uint64_t stream_;
-  std::array<unsigned char, 32> subkey_{};
-  Ctx ctx_;
-};
+// Value x's words (dp/value_stream.h): one reserved block, then its overflow sub-stream.
+constexpr StreamTags kTags{1, 2, 3};
+constexpr std::size_t kBlocksPerValue = 1;
 
 inline double uniform53(std::uint64_t w) {  // in (0, 1), never 0 nor 1
   return (static_cast<double>(w >> 11) + 0.5) * 0x1.0p-53;
 }
 
-// The uniforms of one value x: the 8 words of its block, then its overflow sub-stream.
 class Uniforms {
  public:
-  Uniforms(const std::uint64_t* block, std::uint64_t x, Overflow& overflow)
-      : p_(block), x_(x), overflow_(overflow) {}
-
-  double next() {
-    if (left_ == 0) {
-      overflow_.block(x_, next_block_++, buf_);
-      p_ = buf_;
-      left_ = kWordsPerBlock;
-    }
-    --left_;
-    return uniform53(*p_++);
-  }
+  explicit Uniforms(ValueWords& w) : w_(w) {}
+  double next() { return uniform53(w_.next()); }
 
  private:
-  const std::uint64_t* p_;
-  std::size_t left_ = kWordsPerBlock;
-  std::uint64_t x_;
-  std::uint32_t next_block_ = 0;
-  Overflow& overflow_;
-  std::uint64_t buf_[kWordsPerBlock];
+  ValueWords& w_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -286,28 +202,15 @@ void add_skellam(std::span<std::uint32_t> out, double mu, const NoiseKey& key,
     bad_argument("mu (Skellam Poisson mean) must be finite and in [0, 1e13], got " + str(mu));
   const std::size_t n = out.size();
   if (n == 0) return;
-  const std::uint64_t end = static_cast<std::uint64_t>(first) + n;
-  if (end < first || end > kMaxValues) {
-    bad_argument("skellam noise: a range ending at value " + std::to_string(end) +
-                 " passes ChaCha20's counter (2^32 values)");
-  }
   if (mu == 0.0) return;
   const Poisson poisson(mu);
-  Overflow overflow(key, stream);
-  Ctx ctx = chacha(key.bytes.data(), make_iv(static_cast<std::uint32_t>(first), stream, kTagMain));
-  alignas(64) std::uint64_t words[kChunkBlocks * kWordsPerBlock];
-  for (std::size_t done = 0; done < n; done += kChunkBlocks) {
-    const std::size_t count = std::min(kChunkBlocks, n - done);
-    keystream(ctx.get(), words, count * 64);
-    for (std::size_t k = 0; k < count; ++k) {
-      Uniforms u(words + k * kWordsPerBlock, static_cast<std::uint64_t>(first) + done + k,
-                 overflow);
-      const std::int64_t x = poisson.draw(u);
-      const std::int64_t y = poisson.draw(u);
-      out[done + k] += static_cast<std::uint32_t>(x - y);  // modulo 2^32
-    }
-  }
-  OPENSSL_cleanse(words, sizeof words);
+  for_each_value(key, stream, kTags, kBlocksPerValue, first, n, "skellam noise",
+                 [&](std::size_t i, ValueWords& w) {
+                   Uniforms u(w);
+                   const std::int64_t x = poisson.draw(u);
+                   const std::int64_t y = poisson.draw(u);
+                   out[i] += static_cast<std::uint32_t>(x - y);  // modulo 2^32
+                 });
 }
 
 double skellam_rdp(double alpha, double mu, double l1, double l2) {

@@ -5,15 +5,14 @@
 // Sk(mu) here is Poisson(mu) - Poisson(mu): mean 0, variance 2 mu. Sums of independent Skellams
 // are Skellam (Sk(a) + Sk(b) = Sk(a + b)), which is what makes the noise divisible among peers,
 // and the noise is an integer, so it goes through the modular arithmetic of secure aggregation
-// without rounding: no floating-point value ever reaches the released sum (unlike
-// add_gaussian_secure, dp/secure_noise.h, whose low-order bits depend on the un-noised value).
+// without rounding: no floating-point value ever reaches the released sum.
 //
 // Sampling (add_skellam). The uniforms are ChaCha20's keystream (OpenSSL's libcrypto) under a
 // dp::NoiseKey, counter-based so that noising a buffer range by range gives bit for bit what
-// noising it whole gives:
+// noising it whole gives (dp/value_stream.h lays it out):
 // - value x (= first + i) owns ChaCha20 block x (8 words of 64 bits) under the nonce (stream,
-//   tag 1); add_gaussian_secure uses tag 0, so the same (key, stream) never yields the same
-//   keystream to both;
+//   tag 1); the discrete Gaussian uses tags 4 to 6, so the same (key, stream) never yields the
+//   same keystream to both;
 // - should the two Poisson draws of value x need more than those 8 words (rejection sampling:
 //   0.5% of values at large mu, 5% at mu = 10, none below 10), they go on in a sub-stream of
 //   their own: ChaCha20 under the sub-key K' (the first 32 bytes of ChaCha20(key, nonce (stream,

@@ -340,7 +340,8 @@ void add_bench(CLI::App& app) {
                    "cpu, or cuda / cuda:N: the step on that GPU (PyTorch's baseline too)")
       ->capture_default_str();
   step->add_flag("--secure-noise", o->secure_noise,
-                 "also time the DP step with secure noise (ChaCha20 from libcrypto)");
+                 "also time the DP step with secure noise (the discrete Gaussian on a grid, "
+                 "from ChaCha20)");
   step->callback([o] { run_step_bench(*o); });
   add_bench_allreduce(*bench);
 }

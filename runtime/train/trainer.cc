@@ -141,7 +141,8 @@ void Trainer::log_start() const {
                           << " noise; the model's " << plan_.model_sigma << "), clip "
                           << c.clip_norm
                           << (c.secure_noise ? ", noise from ChaCha20 under a 256-bit key from the "
-                                               "OS, sampler seed secret (OS entropy)"
+                                               "OS (integer noise on a fixed-point grid), sampler "
+                                               "seed secret (OS entropy)"
                               : c.noise_seed != 0 ? ", noise seed from the config"
                                                   : ", noise seed secret (OS entropy)"));
   if (c.dp && c.sampling != Sampling::poisson) {

@@ -1,83 +1,162 @@
+// --secure-noise: the exact discrete Gaussian (dp/discrete_gaussian.h), its grid, and the
+// mechanism that releases through it.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
-#include <numbers>
+#include <map>
+#include <string>
 #include <vector>
 
+#include "dp/discrete_gaussian.h"
 #include "dp/mechanism.h"
 #include "dp/secure_noise.h"
+#include "runtime/core/error.h"
 
-using dpg::dp::add_gaussian_secure;
+using dpg::dp::add_discrete_gaussian;
 using dpg::dp::NoiseKey;
+using dpg::dp::plan_noise_grid;
 
 namespace {
-double uniform53(std::uint64_t w) { return (static_cast<double>(w >> 11) + 0.5) * 0x1.0p-53; }
+
+// Pearson's chi-square of `draws` against N_Z(0, s2), bins |k| <= 4 sqrt(s2) (beyond: one bin).
+double chi_square(const std::vector<std::int64_t>& draws, double s2, int* bins) {
+  const auto reach = static_cast<std::int64_t>(std::ceil(4.0 * std::sqrt(s2)));
+  double z = 0;
+  for (std::int64_t k = -40 * reach; k <= 40 * reach; ++k) z += std::exp(-double(k * k) / (2 * s2));
+  std::map<std::int64_t, double> seen;
+  for (std::int64_t x : draws) seen[std::abs(x) > reach ? reach + 1 : x] += 1;
+  double chi = 0, tail = 1;
+  const double n = static_cast<double>(draws.size());
+  for (std::int64_t k = -reach; k <= reach; ++k) {
+    const double p = std::exp(-double(k * k) / (2 * s2)) / z;
+    tail -= p;
+    const double o = seen.count(k) ? seen[k] : 0.0;
+    chi += (o - n * p) * (o - n * p) / (n * p);
+  }
+  const double o = seen.count(reach + 1) ? seen[reach + 1] : 0.0;
+  chi += (o - n * tail) * (o - n * tail) / (n * tail);
+  *bins = static_cast<int>(2 * reach + 2);
+  return chi;
+}
+
 }  // namespace
 
-TEST_CASE("secure noise: ChaCha20's keystream (RFC 8439 A.1, zero key and nonce) drives the pairs") {
-  // Block 0's first 16 bytes: 76 b8 e0 ad a0 f1 3d 90 | 40 5d 6a e5 53 86 bd 28.
-  const double r = std::sqrt(-2.0 * std::log(uniform53(0x903df1a0ade0b876ULL)));
-  const double theta = 2.0 * std::numbers::pi * uniform53(0x28bd8653e56a5d40ULL);
-  std::vector<float> z(2, 0.0f);
-  add_gaussian_secure(z, 1.0, NoiseKey::fixed(0), 0);
-  CHECK(z[0] == static_cast<float>(r * std::cos(theta)));
-  CHECK(z[1] == static_cast<float>(r * std::sin(theta)));
+TEST_CASE("discrete gaussian: the exact pmf of N_Z(0, s2) by chi-square, with power to tell s2") {
+  for (std::uint64_t s2 : {1ULL, 4ULL, 50ULL}) {
+    CAPTURE(s2);
+    std::vector<std::int64_t> x(200000, 0);
+    add_discrete_gaussian(x, s2, NoiseKey::fixed(11), 3);
+    int bins = 0;
+    const double chi = chi_square(x, static_cast<double>(s2), &bins);
+    const double df = bins - 1;
+    // 6 standard deviations of the chi-square's spread above its mean: a fixed key, so the
+    // outcome is the same every run; a wrong pmf is far above it.
+    CHECK(chi < df + 6 * std::sqrt(2 * df));
+    int other_bins = 0;
+    const double other = chi_square(x, 1.25 * static_cast<double>(s2), &other_bins);
+    CHECK(other > other_bins - 1 + 20 * std::sqrt(2.0 * (other_bins - 1)));
+  }
 }
 
-TEST_CASE("secure noise: N(0, stddev^2) moments and tails; keys and streams independent") {
-  const std::size_t n = 1 << 20;
-  const NoiseKey key = NoiseKey::from_os();
-  std::vector<float> a(n, 0.0f), b(n, 0.0f), c(n, 0.0f);
-  add_gaussian_secure(a, 2.0, key, 1);
-  add_gaussian_secure(b, 2.0, key, 2);
-  add_gaussian_secure(c, 2.0, NoiseKey::from_os(), 1);
-  double mean = 0, var = 0, m4 = 0, beyond3 = 0;
-  for (float x : a) mean += x;
-  mean /= n;
-  for (float x : a) {
-    const double d = x - mean;
+TEST_CASE("discrete gaussian: moments and tails at the grid's variances; signs balanced") {
+  const std::uint64_t s2 = 1ULL << 50;  // sigma 2^25, the recipe's order of magnitude
+  const double sd = std::sqrt(static_cast<double>(s2));
+  std::vector<std::int64_t> x(1 << 18, 0);
+  add_discrete_gaussian(x, s2, NoiseKey::from_os(), 9);
+  double mean = 0, var = 0, m4 = 0, beyond2 = 0, positive = 0;
+  for (std::int64_t v : x) mean += static_cast<double>(v);
+  mean /= static_cast<double>(x.size());
+  for (std::int64_t v : x) {
+    const double d = static_cast<double>(v) - mean;
     var += d * d;
     m4 += d * d * d * d;
-    beyond3 += std::abs(d) > 6.0 ? 1 : 0;
+    beyond2 += std::abs(d) > 2 * sd ? 1 : 0;
+    positive += v > 0 ? 1 : 0;
   }
+  const double n = static_cast<double>(x.size());
   var /= n;
-  CHECK(std::abs(mean) < 5 * 2.0 / std::sqrt(static_cast<double>(n)));
-  CHECK(var == doctest::Approx(4.0).epsilon(0.01));
-  CHECK(m4 / n / (var * var) == doctest::Approx(3.0).epsilon(0.02));
-  CHECK(beyond3 / n == doctest::Approx(0.0027).epsilon(0.1));  // 2830 expected: 5 sd is 0.094
-  double streams = 0, keys = 0, pair = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    streams += a[i] * b[i];
-    keys += a[i] * c[i];
-  }
-  for (std::size_t i = 0; i + 1 < n; i += 2) pair += a[i] * a[i + 1];
-  CHECK(std::abs(streams / n / 4.0) < 0.01);
-  CHECK(std::abs(keys / n / 4.0) < 0.01);
-  CHECK(std::abs(pair / (n / 2) / 4.0) < 0.01);
+  CHECK(std::abs(mean) < 5 * sd / std::sqrt(n));
+  CHECK(var / (sd * sd) == doctest::Approx(1.0).epsilon(0.015));
+  CHECK(m4 / n / (var * var) == doctest::Approx(3.0).epsilon(0.04));
+  CHECK(beyond2 / n == doctest::Approx(0.0455).epsilon(0.06));
+  CHECK(positive / n == doctest::Approx(0.5).epsilon(0.01));
 }
 
-TEST_CASE("secure noise: range by range, bit for bit the noise of the whole; values kept") {
+TEST_CASE("discrete gaussian: range by range equals the whole; keys and streams independent") {
   const NoiseKey key = NoiseKey::fixed(42);
-  std::vector<float> whole(1000), parts(1000);
-  for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = parts[i] = 0.001f * static_cast<float>(i);
-  add_gaussian_secure(whole, 0.5, key, 7, 0.25f);
-  // Cuts inside a pair, inside a block and at a block's edge.
+  std::vector<std::int64_t> whole(1000), parts(1000);
+  for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = parts[i] = static_cast<std::int64_t>(i);
+  add_discrete_gaussian(whole, 1000, key, 7);
   const std::size_t cuts[] = {0, 3, 8, 13, 500, 517, 1000};
   for (std::size_t k = 0; k + 1 < std::size(cuts); ++k) {
-    add_gaussian_secure(std::span(parts).subspan(cuts[k], cuts[k + 1] - cuts[k]), 0.5, key, 7,
-                        0.25f, cuts[k]);
+    add_discrete_gaussian(std::span(parts).subspan(cuts[k], cuts[k + 1] - cuts[k]), 1000, key, 7,
+                          cuts[k]);
   }
   CHECK(whole == parts);
-  std::vector<float> noise(1000, 0.0f);
-  add_gaussian_secure(noise, 0.5, key, 7);
-  for (std::size_t i = 0; i < whole.size(); ++i) {
-    CHECK(whole[i] == doctest::Approx((0.001f * static_cast<float>(i) + noise[i]) * 0.25f));
+
+  const std::size_t n = 1 << 16;
+  std::vector<std::int64_t> a(n, 0), b(n, 0), c(n, 0);
+  add_discrete_gaussian(a, 10000, key, 1);
+  add_discrete_gaussian(b, 10000, key, 2);
+  add_discrete_gaussian(c, 10000, NoiseKey::fixed(43), 1);
+  double streams = 0, keys = 0, next = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    streams += static_cast<double>(a[i] * b[i]);
+    keys += static_cast<double>(a[i] * c[i]);
+    if (i + 1 < n) next += static_cast<double>(a[i] * a[i + 1]);
   }
+  CHECK(std::abs(streams / n / 10000) < 0.02);
+  CHECK(std::abs(keys / n / 10000) < 0.02);
+  CHECK(std::abs(next / n / 10000) < 0.02);
 }
 
-TEST_CASE("secure noise: every key from the OS is new") {
-  CHECK(NoiseKey::from_os().bytes != NoiseKey::from_os().bytes);
+TEST_CASE("discrete gaussian: bad variances and ranges are refused, overflow is an error") {
+  std::vector<std::int64_t> x(4, 0);
+  CHECK_THROWS_WITH(add_discrete_gaussian(x, 0, NoiseKey::fixed(1), 0),
+                    doctest::Contains("sigma2"));
+  CHECK_THROWS_WITH(add_discrete_gaussian(x, (1ULL << 52) + 1, NoiseKey::fixed(1), 0),
+                    doctest::Contains("sigma2"));
+  CHECK_THROWS_WITH(add_discrete_gaussian(x, 4, NoiseKey::fixed(1), 0, (1ULL << 30) - 2),
+                    doctest::Contains("ChaCha20's counter (2^30 values)"));
+  std::vector<std::int64_t> edge(64, INT64_MAX);
+  CHECK_THROWS_WITH(add_discrete_gaussian(edge, 1ULL << 40, NoiseKey::fixed(1), 0),
+                    doctest::Contains("int64 range"));
+}
+
+TEST_CASE("noise grid: the largest power of two keeping sigma l2 <= 2^26; too much noise refused") {
+  const auto recipe = plan_noise_grid(2.46, 269322);
+  CHECK(recipe.scale == 16777216.0);
+  CHECK(recipe.l2 == doctest::Approx(16777216.0 + std::sqrt(269322.0)));
+  CHECK(static_cast<double>(recipe.sigma2) >= (2.46 * recipe.l2) * (2.46 * recipe.l2));
+  CHECK(static_cast<double>(recipe.sigma2) < (2.46 * recipe.l2) * (2.46 * recipe.l2) + 2);
+  CHECK(plan_noise_grid(100, 269322).scale == 524288.0);  // 100 (2^20 + 519) > 2^26
+  CHECK_THROWS_WITH(plan_noise_grid(1e6, 269322), doctest::Contains("noise_multiplier"));
+  CHECK_THROWS_WITH(plan_noise_grid(0, 10), doctest::Contains("noise_multiplier"));
+}
+
+TEST_CASE("mechanism: secure noise releases grid values; the noise is the planned discrete one") {
+  dpg::dp::MechanismOptions opt;
+  opt.noise_multiplier = 1e-3;  // sigma l2 below 2^24: every released value is exact in float
+  opt.clip_norm = 1.0f;
+  opt.secure_noise = true;
+  const std::size_t d = 50000;
+  dpg::dp::GaussianMechanism m(d, opt, 5, 0);
+  const auto grid = plan_noise_grid(1e-3, d);
+  auto sum = m.begin_step();
+  for (std::size_t i = 0; i < d; ++i) sum[i] = 0.37f * std::sin(static_cast<float>(i));
+  std::vector<float> x(sum.begin(), sum.end());
+  const auto g = m.release().values();
+  double var = 0;
+  std::size_t off_grid = 0;
+  for (std::size_t i = 0; i < d; ++i) {
+    const double on = static_cast<double>(g[i]) * grid.scale;
+    off_grid += on != std::nearbyint(on) ? 1 : 0;
+    const double noise = on - std::nearbyint(static_cast<double>(x[i]) * grid.scale);
+    var += noise * noise;
+  }
+  CHECK(off_grid == 0);
+  CHECK(var / d / static_cast<double>(grid.sigma2) == doctest::Approx(1.0).epsilon(0.03));
 }
 
 TEST_CASE("mechanism: secure noise ignores the seed, so two peers with one seed differ") {
@@ -95,4 +174,8 @@ TEST_CASE("mechanism: secure noise ignores the seed, so two peers with one seed 
   a.begin_step();
   const auto next = a.release().values();
   CHECK(first != std::vector<float>(next.begin(), next.end()));
+}
+
+TEST_CASE("secure noise: every key from the OS is new") {
+  CHECK(NoiseKey::from_os().bytes != NoiseKey::from_os().bytes);
 }
