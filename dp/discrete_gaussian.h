@@ -24,9 +24,10 @@
 // Two cut-offs make the loops finite: a proposal whose acceptance probability is below
 // exp(-2^22) (| |Y| t - s2 | >= 2^64) is rejected outright, and a geometric past 2^30 restarts the
 // proposal; each changes the distribution by less than exp(-2^22) in total variation.
-// The words come from ChaCha20 under a dp::NoiseKey (dp/value_stream.h, tags 4, 5, 6), value x
-// owning 4 blocks (32 words; measured mean use at s2 = 2^50: see the unit test), so a range noised
-// alone equals the same range of the whole.
+// The bits come from ChaCha20 under a dp::NoiseKey (dp/value_stream.h, tags 4, 5, 6), each draw
+// taking only the bits it needs; value x owns 4 blocks (32 words: at the recipe's s2, 4 ran faster
+// than 2 in `bench step --secure-noise`), then its sub-stream, so a range noised alone equals the
+// same range of the whole.
 //
 // The grid. A peer's clipped sum x (each example's gradient of L2 norm <= C) goes onto the grid as
 // round(x * scale / C). One example moves x by at most C in L2, and rounding moves each coordinate

@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# --secure-noise trains and says where its noise comes from; a fixed noise seed is refused beside
-# it, and refused with more than one peer unless --insecure-fixed-seed acknowledges it.
+# --secure-noise trains on 4 peers and rank 0 says where the noise comes from; a fixed noise seed is
+# refused beside it, and refused with more than one peer unless --insecure-fixed-seed acknowledges
+# it.
 set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 fmnist_work "$bin"
 quick=(--epochs 1 --batch-size 2048 --lr 4 --momentum 0 --ema-decay 0 --threads 1 --metrics "")
 
-"$bin" train --data "$work/data" "${quick[@]}" --secure-noise --json >"$work/secure.json" \
-  2>"$work/secure.log"
-grep -q "noise from ChaCha20 under a 256-bit key from the OS" "$work/secure.log"
+# Four peers gossiping over a ring, each drawing discrete Gaussian noise on its own grid under its
+# own key from the OS.
+"$bin" launch --peers 4 -- train --algo gossip --topology ring --data "$work/data" "${quick[@]}" \
+  --secure-noise --json >"$work/secure.json" 2>"$work/secure.log"
+grep -q "noise from ChaCha20 under a 256-bit key from the OS (integer noise on a fixed-point grid)" \
+  "$work/secure.log"
 py '
 import json, sys
-s = json.load(open(sys.argv[1]))
+lines = [l.split("] ", 1)[-1] for l in open(sys.argv[1]) if "{" in l]
+s = json.loads(lines[-1])
+assert s["peers"] == 4, s["peers"]
 assert s["test_accuracy"] > 0.7, s["test_accuracy"]
 assert 2.99 < s["epsilon"] <= 3.0, s["epsilon"]
 ' "$work/secure.json"
