@@ -18,6 +18,7 @@ using checks::check_steps;
 using checks::str;
 
 constexpr const char* kMechanism = "poisson_gaussian";
+constexpr const char* kSkellamMechanism = "poisson_skellam";
 // What earlier builds wrote: the same history, always evaluated by RDP.
 constexpr const char* kLegacyMechanism = "poisson_gaussian_rdp";
 
@@ -128,14 +129,25 @@ long long steps_for_epochs(double epochs, double q) {
 
 // ---- Accountant ----
 
+Accountant Accountant::skellam() {
+  Accountant a(AccountantKind::rdp);
+  a.skellam_ = true;
+  return a;
+}
+
+void Accountant::count(long long steps) {
+  if (steps > std::numeric_limits<long long>::max() - steps_)
+    bad_argument("steps: the total step count would overflow");
+  steps_ += steps;
+}
+
 void Accountant::step(double q, double sigma, long long steps) {
+  if (skellam_) bad_argument("accountant: a Gaussian step on a Skellam (secure aggregation) account");
   check_q(q, "q");
   check_sigma(sigma, "sigma");
   check_steps(steps, "steps");
   if (steps == 0) return;
-  if (steps > std::numeric_limits<long long>::max() - steps_)
-    bad_argument("steps: the total step count would overflow");
-  steps_ += steps;
+  count(steps);
   if (!history_.empty() && history_.back().q == q && history_.back().sigma == sigma) {
     history_.back().steps += steps;
   } else {
@@ -143,8 +155,29 @@ void Accountant::step(double q, double sigma, long long steps) {
   }
 }
 
+void Accountant::step_skellam(double q, double mu, double l1, double l2, long long steps) {
+  if (!skellam_) bad_argument("accountant: a Skellam step on a Gaussian account");
+  check_q(q, "q");
+  check_steps(steps, "steps");
+  if (!(mu > 0.0 && std::isfinite(mu)))
+    bad_argument("mu (Skellam Poisson mean) must be finite and > 0, got " + str(mu));
+  if (!(l1 >= 0.0 && std::isfinite(l1) && l2 >= 0.0 && std::isfinite(l2)))
+    bad_argument("l1 and l2 (sensitivities) must be finite and >= 0, got " + str(l1) + " and " +
+                 str(l2));
+  const PoissonSkellam segment{q, mu, l1, l2, steps};
+  if (steps == 0) return;
+  count(steps);
+  PoissonSkellam* last = skellam_history_.empty() ? nullptr : &skellam_history_.back();
+  if (last && last->q == q && last->mu == mu && last->l1 == l1 && last->l2 == l2) {
+    last->steps += steps;
+  } else {
+    skellam_history_.push_back(segment);
+  }
+}
+
 PrivacySpent Accountant::spent(double delta, AccountantKind kind) const {
   check_delta(delta, "delta");
+  if (skellam_) return skellam_epsilon(skellam_history_, delta);
   return evaluate(history_, delta, kind);
 }
 
@@ -152,7 +185,11 @@ nlohmann::json Accountant::to_json() const {
   nlohmann::json history = nlohmann::json::array();
   for (const Segment& s : history_)
     history.push_back({{"q", s.q}, {"sigma", s.sigma}, {"steps", s.steps}});
-  return {{"mechanism", kMechanism},
+  for (const PoissonSkellam& s : skellam_history_) {
+    history.push_back(
+        {{"q", s.q}, {"mu", s.mu}, {"l1", s.l1}, {"l2", s.l2}, {"steps", s.steps}});
+  }
+  return {{"mechanism", skellam_ ? kSkellamMechanism : kMechanism},
           {"accountant", to_string(kind_)},
           {"history", std::move(history)}};
 }
@@ -161,7 +198,8 @@ Accountant Accountant::from_json(const nlohmann::json& j, const std::string& whe
   const JsonReader root(j, where);
   const std::string mechanism = root.string("mechanism");
   AccountantKind kind = AccountantKind::rdp;
-  if (mechanism == kMechanism) {
+  const bool skellam = mechanism == kSkellamMechanism;
+  if (mechanism == kMechanism || skellam) {
     root.reject_unknown({"mechanism", "accountant", "history"});
     const std::string text = root.string("accountant");
     try {
@@ -169,28 +207,49 @@ Accountant Accountant::from_json(const nlohmann::json& j, const std::string& whe
     } catch (const Error& e) {
       root.fail_at("accountant", e.what());
     }
+    if (skellam && kind != AccountantKind::rdp)
+      root.fail_at("accountant", "a poisson_skellam account is evaluated by rdp, got \"" + text + "\"");
   } else if (mechanism == kLegacyMechanism) {
     root.reject_unknown({"mechanism", "history"});
   } else {
-    root.fail_at("mechanism", std::string("expected \"") + kMechanism + "\" (or \"" +
-                                  kLegacyMechanism + "\"), got \"" + mechanism + "\"");
+    root.fail_at("mechanism", std::string("expected \"") + kMechanism + "\", \"" +
+                                  kSkellamMechanism + "\" (or \"" + kLegacyMechanism +
+                                  "\"), got \"" + mechanism + "\"");
   }
   const nlohmann::json& history = root.at("history");
   if (!history.is_array()) root.fail_at("history", "expected an array, got " + history.dump());
 
-  Accountant acc(kind);
+  Accountant acc = skellam ? Accountant::skellam() : Accountant(kind);
   for (size_t k = 0; k < history.size(); ++k) {
     const JsonReader e(history[k], root.path("history") + "/" + std::to_string(k));
-    e.reject_unknown({"q", "sigma", "steps"});
+    if (skellam) {
+      e.reject_unknown({"q", "mu", "l1", "l2", "steps"});
+    } else {
+      e.reject_unknown({"q", "sigma", "steps"});
+    }
     const double q = e.number("q");
     if (!(q >= 0.0 && q <= 1.0)) e.fail_at("q", "expected a sample rate in [0, 1], got " + str(q));
-    const double sigma = e.number("sigma");
-    if (!(sigma > 0.0 && std::isfinite(sigma)))
-      e.fail_at("sigma", "expected a noise multiplier > 0, got " + str(sigma));
     const long long steps = e.integer("steps");
     if (steps < 1) e.fail_at("steps", "expected an integer >= 1, got " + std::to_string(steps));
     if (steps > std::numeric_limits<long long>::max() - acc.steps_)
       e.fail_at("steps", "the total step count would overflow");
+    if (skellam) {
+      const double mu = e.number("mu");
+      if (!(mu > 0.0 && std::isfinite(mu)))
+        e.fail_at("mu", "expected a Skellam Poisson mean > 0, got " + str(mu));
+      double l[2];
+      const char* names[2] = {"l1", "l2"};
+      for (int i = 0; i < 2; ++i) {
+        l[i] = e.number(names[i]);
+        if (!(l[i] >= 0.0 && std::isfinite(l[i])))
+          e.fail_at(names[i], std::string("expected a sensitivity >= 0, got ") + str(l[i]));
+      }
+      acc.step_skellam(q, mu, l[0], l[1], steps);
+      continue;
+    }
+    const double sigma = e.number("sigma");
+    if (!(sigma > 0.0 && std::isfinite(sigma)))
+      e.fail_at("sigma", "expected a noise multiplier > 0, got " + str(sigma));
     acc.step(q, sigma, steps);
   }
   return acc;

@@ -9,7 +9,9 @@
 // - rdp: Renyi DP (dp/rdp.h), exactly as Opacus's RDPAccountant: 7.329 for the same case. Looser,
 //   so it needs more noise for the same epsilon (sigma 2.63 against 2.46 at the default recipe).
 // The history (q, sigma, steps) is the whole state of an account, so a run recorded under one
-// can be re-evaluated under the other.
+// can be re-evaluated under the other. Secure aggregation's account is of another mechanism, the
+// Poisson-subsampled Skellam (dp/skellam.h): its history is (q, mu, l1, l2, steps) and it is
+// evaluated by Renyi DP whatever the kind asked for (PLD is for the Gaussian).
 //
 // Pure: no I/O, no threads, no global mutable state (the PLD's plan and scratch caches aside,
 // dp/pld.h). Bad arguments throw dpg::Error(Code::invalid_argument) naming the argument.
@@ -23,6 +25,7 @@
 
 #include "dp/pld.h"
 #include "dp/rdp.h"
+#include "dp/skellam.h"
 
 namespace dpg::dp {
 
@@ -56,10 +59,15 @@ class Accountant {
   using Segment = PoissonGaussian;
 
   explicit Accountant(AccountantKind kind = AccountantKind::pld) : kind_(kind) {}
+  // An account of Poisson-subsampled Skellam steps (secure aggregation), of kind rdp.
+  static Accountant skellam();
 
   // Records `steps` (>= 0) steps with sample rate q and noise multiplier sigma; merges with the
-  // last segment when (q, sigma) are equal.
+  // last segment when (q, sigma) are equal. Throws invalid_argument on a Skellam account.
   void step(double q, double sigma, long long steps = 1);
+  // The same for a Skellam account: Sk(mu) noise on a grid value of sensitivities l1 and l2;
+  // throws invalid_argument on a Gaussian account.
+  void step_skellam(double q, double mu, double l1, double l2, long long steps = 1);
 
   // Epsilon spent so far at `delta` by this account's kind, or by `kind`. Epsilon 0 (and
   // best_alpha NaN) while nothing with q > 0 has been recorded.
@@ -68,9 +76,13 @@ class Accountant {
 
   AccountantKind kind() const { return kind_; }
   long long steps() const { return steps_; }
+  bool is_skellam() const { return skellam_; }
   std::span<const Segment> history() const { return history_; }
+  std::span<const PoissonSkellam> skellam_history() const { return skellam_history_; }
 
   // {"mechanism":"poisson_gaussian","accountant":"pld","history":[{"q":..,"sigma":..,"steps":..}]}
+  // or {"mechanism":"poisson_skellam","accountant":"rdp",
+  //     "history":[{"q":..,"mu":..,"l1":..,"l2":..,"steps":..}]}
   nlohmann::json to_json() const;
   // Validates everything; errors name `where` and the JSON path ("accountant:/history/2/sigma").
   // Also reads what earlier builds wrote, {"mechanism":"poisson_gaussian_rdp","history":[...]},
@@ -80,8 +92,13 @@ class Accountant {
   bool operator==(const Accountant&) const = default;
 
  private:
+  // Adds `steps` to the total; throws if it would overflow.
+  void count(long long steps);
+
   AccountantKind kind_;
+  bool skellam_ = false;
   std::vector<Segment> history_;
+  std::vector<PoissonSkellam> skellam_history_;
   long long steps_ = 0;
 };
 

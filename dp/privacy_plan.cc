@@ -171,6 +171,22 @@ PrivacySpent PrivacyPlan::peers_after(long long t) const {
                          delta);
 }
 
+Accountant PrivacyPlan::new_account() const {
+  return secure_aggregation ? Accountant::skellam() : Accountant(accountant);
+}
+
+void PrivacyPlan::charge(Accountant& model, Accountant& messages, long long steps) const {
+  if (!dp) return;
+  if (secure_aggregation) {
+    const double n = static_cast<double>(peers);
+    model.step_skellam(accountant_q(), secagg.mu, secagg.l1, secagg.l2, steps);
+    messages.step_skellam(accountant_q(), secagg.mu * (n - 1.0) / n, secagg.l1, secagg.l2, steps);
+    return;
+  }
+  model.step(accountant_q(), model_sigma, steps);
+  messages.step(accountant_q(), message_sigma, steps);
+}
+
 std::vector<double> PrivacyPlan::peer_epsilons_after(long long t) const {
   std::vector<double> out;
   if (dp && secure_aggregation) return std::vector<double>(peer_q.size(), model_after(t).epsilon);

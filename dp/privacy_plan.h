@@ -113,6 +113,13 @@ struct PrivacyPlan {
   // The account every peer steps once per step for the model: the worst peer's rate and the
   // model's multiplier, of the plan's kind; its spent() equals model_after(steps()).
   double accountant_q() const { return peer_q[static_cast<std::size_t>(worst_peer)]; }
+  // A new, empty account of the plan's mechanism: the Gaussian of the plan's kind, or under secure
+  // aggregation the Skellam (so that a saved account re-evaluates to what the run reported).
+  Accountant new_account() const;
+  // Charges `steps` steps to the model's account and the messages' (under secure aggregation: the
+  // model against one other peer, as peers_after). Afterwards model.spent(delta) equals
+  // model_after(model.steps()) and messages.spent(delta) messages_after(messages.steps()).
+  void charge(Accountant& model, Accountant& messages, long long steps = 1) const;
 };
 
 PrivacyPlan plan_privacy(const PlanInputs& in);

@@ -180,18 +180,30 @@ const std::vector<double>& skellam_orders() {
 }
 
 // Epsilon without argument checks (the callers check).
-PrivacySpent epsilon_unchecked(double q, double mu, double l1, double l2, long long steps,
-                               double delta) {
+PrivacySpent epsilon_unchecked(std::span<const PoissonSkellam> history, double delta) {
   const std::vector<double>& orders = skellam_orders();
   const int max_order = static_cast<int>(orders.back());
+  std::vector<double> rdp(orders.size(), 0.0);
+  bool any = false;
   std::vector<double> base(static_cast<std::size_t>(max_order) + 1, 0.0);
-  for (int j = 2; j <= max_order; ++j) base[j] = skellam_rdp(j, mu, l1, l2);
-  const auto curve = [&base](int j) { return base[static_cast<std::size_t>(j)]; };
-  std::vector<double> rdp;
-  rdp.reserve(orders.size());
-  for (double a : orders)
-    rdp.push_back(subsampled_rdp(static_cast<int>(a), q, curve) * static_cast<double>(steps));
+  for (const PoissonSkellam& s : history) {
+    if (s.steps == 0 || s.q == 0.0) continue;
+    any = true;
+    for (int j = 2; j <= max_order; ++j) base[j] = skellam_rdp(j, s.mu, s.l1, s.l2);
+    const auto curve = [&base](int j) { return base[static_cast<std::size_t>(j)]; };
+    for (std::size_t k = 0; k < orders.size(); ++k) {
+      rdp[k] += subsampled_rdp(static_cast<int>(orders[k]), s.q, curve) *
+                static_cast<double>(s.steps);
+    }
+  }
+  if (!any) return {0.0, kNaN};
   return rdp_to_epsilon(orders, rdp, delta);
+}
+
+PrivacySpent epsilon_unchecked(double q, double mu, double l1, double l2, long long steps,
+                               double delta) {
+  const PoissonSkellam segment{q, mu, l1, l2, steps};
+  return epsilon_unchecked({&segment, 1}, delta);
 }
 
 }  // namespace
@@ -277,6 +289,18 @@ PrivacySpent skellam_epsilon(double q, double mu, double l1, double l2, long lon
   check_delta(delta, "delta");
   if (steps == 0 || q == 0.0) return {0.0, kNaN};
   return epsilon_unchecked(q, mu, l1, l2, steps, delta);
+}
+
+PrivacySpent skellam_epsilon(std::span<const PoissonSkellam> history, double delta) {
+  for (const PoissonSkellam& s : history) {
+    check_q(s.q, "q");
+    check_mu(s.mu);
+    check_sensitivity(s.l1, "l1", false);
+    check_sensitivity(s.l2, "l2", false);
+    check_steps(s.steps, "steps");
+  }
+  check_delta(delta, "delta");
+  return epsilon_unchecked(history, delta);
 }
 
 double calibrate_skellam_mu(double q, long long steps, double delta, double target_epsilon,

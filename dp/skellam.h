@@ -100,6 +100,21 @@ double skellam_rdp(double alpha, double mu, double l1, double l2);
 // rdp(alpha). Calls rdp(j) for j = 2..alpha.
 double subsampled_rdp(int alpha, double q, const std::function<double(int)>& rdp);
 
+// One segment of a history of Poisson-subsampled Skellam steps (secure aggregation's account,
+// dp/accountant.h): `steps` steps at rate q of Sk(mu) noise on a grid value of sensitivities l1, l2.
+struct PoissonSkellam {
+  double q;
+  double mu;
+  double l1;
+  double l2;
+  long long steps;
+  bool operator==(const PoissonSkellam&) const = default;
+};
+
+// Epsilon at `delta` of a history: the segments' RDP curves (as below) summed order by order, then
+// converted. An empty history, or one of q = 0 only, gives epsilon 0 (best_alpha NaN).
+PrivacySpent skellam_epsilon(std::span<const PoissonSkellam> history, double delta);
+
 // Epsilon at `delta` after `steps` (>= 0) Poisson-subsampled (rate q) Skellam steps: steps times
 // subsampled_rdp at the integer orders 2..256 and 288, 320, 384, 448, 512, 768, 1024, converted
 // by rdp_to_epsilon. steps = 0 or q = 0 gives epsilon 0 (best_alpha NaN).

@@ -44,8 +44,8 @@ RunState::RunState(const TrainConfig& c, const data::Dataset& train, const dp::P
                  .skellam_mu = plan.secagg.peer_mu},
                 noise_seed, static_cast<std::uint64_t>(rank)),
       sgd(model.num_params(), {.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}),
-      accountant(plan.accountant),
-      message_accountant(plan.accountant) {
+      accountant(plan.new_account()),
+      message_accountant(plan.new_account()) {
   const double q = plan.peer_q[static_cast<std::size_t>(rank)];
   const Rng rng(noise_seed, stream_for(stream::kSampler, static_cast<std::uint64_t>(rank)));
   if (c.sampling == Sampling::poisson) {
@@ -182,6 +182,15 @@ Progress restore_run_state(RunState& s, const Checkpoint& ck, const RunIdentity&
   s.accountant = dp::Accountant::from_json(r.at("accountant"), r.path("accountant"));
   s.message_accountant =
       dp::Accountant::from_json(r.at("message_accountant"), r.path("message_accountant"));
+  for (const auto& [acc, name] : {std::pair{&s.accountant, "accountant"},
+                                  std::pair{&s.message_accountant, "message_accountant"}}) {
+    if (acc->is_skellam() != (id.plan.dp && id.plan.secure_aggregation)) {
+      fail(Code::data_loss, r.path(name) + ": a " +
+                                (acc->is_skellam() ? "poisson_skellam" : "poisson_gaussian") +
+                                " account, but this run's noise is " +
+                                (id.plan.secure_aggregation ? "Skellam" : "Gaussian"));
+    }
+  }
   if (id.config.noise_seed != 0) {
     s.mechanism.set_rng_state(rng_from_json(r.at("noise_rng"), r.path("noise_rng")));
     const Rng::State sampler = rng_from_json(r.at("sampler_rng"), r.path("sampler_rng"));

@@ -220,10 +220,7 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
   if (s.ema) s.ema->update(s.model.params());
   update.end();
   // Account.
-  if (c.dp) {
-    s.accountant.step(plan_.accountant_q(), plan_.model_sigma);
-    s.message_accountant.step(plan_.accountant_q(), plan_.message_sigma);
-  }
+  plan_.charge(s.accountant, s.message_accountant);
 
   if (!std::isfinite(stats.loss_sum) && !c.dp) {
     fail(Code::aborted, "train: the loss became non-finite at step " + std::to_string(t) +
@@ -275,12 +272,6 @@ ConsensusReport Trainer::consensus(RunState& s, long long round, bool eval) cons
 
 Trainer::Spent Trainer::spent(const RunState& s, long long t) const {
   if (!plan_.dp) return {plan_.model_after(t), plan_.messages_after(t).epsilon};
-  // Secure aggregation's Skellam noise has its own (Renyi DP) account, read from the plan at the
-  // steps the account holds (replayed steps after a resume included).
-  if (plan_.secure_aggregation) {
-    const long long n = s.accountant.steps();
-    return {plan_.model_after(n), plan_.messages_after(n).epsilon};
-  }
   return {s.accountant.spent(config_.delta), s.message_accountant.spent(config_.delta).epsilon};
 }
 

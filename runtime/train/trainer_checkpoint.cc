@@ -134,8 +134,7 @@ Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
   summary.skipped_batches = p.skipped;
   const long long replayed = std::max(0LL, reach - p.step);
   if (replayed > 0 && !exact && c.dp) {
-    s.accountant.step(plan_.accountant_q(), plan_.model_sigma, replayed);
-    s.message_accountant.step(plan_.accountant_q(), plan_.message_sigma, replayed);
+    plan_.charge(s.accountant, s.message_accountant, replayed);
     summary.replay_charged_steps = replayed;
     DPG_WARN("train: resuming from step " << p.step << ", but a peer may have reached step "
                                           << reach << " before it stopped, and those steps will "

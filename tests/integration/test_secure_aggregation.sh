@@ -35,6 +35,13 @@ assert secure["message_epsilon"] == secure["peers_epsilon"]
 assert plain["noise_multiplier"] < secure["noise_multiplier"], (plain, secure)
 assert sa["overflow_bound"] < 1e-9 and sa["grid_scale"] >= 2 ** 12
 assert secure["test_accuracy"] > plain["test_accuracy"] - 0.02, (plain["test_accuracy"], secure["test_accuracy"])
+# The saved account is the Skellam mechanism the run was accounted as, not a Gaussian.
+acc = secure["accountant"]
+assert acc["mechanism"] == "poisson_skellam" and len(acc["history"]) == 1, acc
+seg = acc["history"][0]
+assert seg["mu"] == sa["skellam_mu"] and seg["l1"] == sa["l1_sensitivity"], (seg, sa)
+assert seg["l2"] == sa["l2_sensitivity"] and seg["steps"] == secure["steps"], (seg, secure)
+assert plain["accountant"]["mechanism"] == "poisson_gaussian", plain["accountant"]
 lines = [json.loads(l) for l in open(sys.argv[3])]
 epochs = [l for l in lines if l["kind"] == "epoch"]
 assert len(epochs) == 6 and all("peers_epsilon" in l for l in epochs), lines

@@ -417,6 +417,49 @@ TEST_CASE("Accountant: JSON round trip, the earlier format, and validation") {
                  "accountant:"));
 }
 
+TEST_CASE("Accountant (Skellam): composition, merging, JSON and the mechanisms kept apart") {
+  using dpg::testing::contains;
+  using dpg::testing::error_message;
+  auto acc = dp::Accountant::skellam();
+  CHECK(acc.is_skellam());
+  CHECK(acc.kind() == kRdp);
+  CHECK(acc.spent(1e-5).epsilon == 0.0);
+  acc.step_skellam(0.01, 4e9, 2e7, 7e4, 300);
+  acc.step_skellam(0.01, 4e9, 2e7, 7e4, 200);  // merges
+  CHECK(acc.skellam_history().size() == 1);
+  CHECK(acc.spent(1e-5).epsilon == dp::skellam_epsilon(0.01, 4e9, 2e7, 7e4, 500, 1e-5).epsilon);
+  // PLD is for the Gaussian: a Skellam account is evaluated by RDP whatever is asked.
+  CHECK(acc.spent(1e-5, dp::AccountantKind::pld).epsilon == acc.spent(1e-5).epsilon);
+  // Two settings compose order by order: between the larger part and the sum of the parts.
+  acc.step_skellam(0.02, 4e9, 2e7, 7e4, 100);
+  CHECK(acc.steps() == 600);
+  const double both = acc.spent(1e-5).epsilon;
+  const double a = dp::skellam_epsilon(0.01, 4e9, 2e7, 7e4, 500, 1e-5).epsilon;
+  const double b = dp::skellam_epsilon(0.02, 4e9, 2e7, 7e4, 100, 1e-5).epsilon;
+  CHECK(both > std::max(a, b));
+  CHECK(both < a + b);
+  const auto j = acc.to_json();
+  CHECK(j["mechanism"] == "poisson_skellam");
+  CHECK(dp::Accountant::from_json(j) == acc);
+  CHECK(dp::Accountant::from_json(j).spent(1e-5).epsilon == both);
+
+  CHECK(contains(error_message([&] { acc.step(0.01, 1.0); }), "Gaussian step on a Skellam"));
+  dp::Accountant g(kRdp);
+  CHECK(contains(error_message([&] { g.step_skellam(0.01, 1e9, 1, 1); }), "Skellam step on a Gaussian"));
+  CHECK(contains(error_message([&] { acc.step_skellam(0.01, 0, 1, 1); }), "mu"));
+  auto bad = j;
+  bad["history"][0].erase("mu");
+  CHECK(contains(error_message([&] { dp::Accountant::from_json(bad, "ck.json:"); }),
+                 "ck.json:/history/0"));
+  bad = j;
+  bad["history"][0]["sigma"] = 1.0;
+  CHECK(contains(error_message([&] { dp::Accountant::from_json(bad, "ck.json:"); }), "sigma"));
+  bad = j;
+  bad["accountant"] = "pld";
+  CHECK(contains(error_message([&] { dp::Accountant::from_json(bad, "ck.json:"); }),
+                 "ck.json:/accountant"));
+}
+
 TEST_CASE("accountant kinds by name") {
   CHECK(dp::parse_accountant_kind("pld") == dp::AccountantKind::pld);
   CHECK(dp::parse_accountant_kind("rdp") == kRdp);
