@@ -123,21 +123,13 @@ topology::Topology gossip_graph(const PrivacyFlags& f) {
   return period.front();
 }
 
-// Per graph distance (hops for u's model to reach v): how many pairs, and the worst epsilon.
-struct DistanceRow {
-  int distance = 0;
-  int pairs = 0;
-  double worst_epsilon = 0;
-  double least_sigma = 0;  // the smallest sigma_eff among the pairs
-};
-
 struct NetworkReport {
   std::string label;
   int peers = 0;
   std::vector<int> distance;       // n x n
   std::vector<double> epsilon;     // n x n
   std::vector<double> sigma_eff;   // n x n
-  std::vector<DistanceRow> rows;   // distance 1, 2, ...
+  std::vector<dp::DistanceRow> rows;  // distance 1, 2, ...
 };
 
 NetworkReport network_report(const PrivacyFlags& f, dp::AccountantKind kind, double sigma,
@@ -150,16 +142,8 @@ NetworkReport network_report(const PrivacyFlags& f, dp::AccountantKind kind, dou
   r.distance = dp::graph_distances(w, r.peers);
   r.sigma_eff = dp::pairwise_noise_multipliers(w, r.peers, sigma);
   r.epsilon = dp::pairwise_epsilons(w, r.peers, f.sample_rate, sigma, steps, f.delta, kind);
-  for (std::size_t k = 0; k < r.distance.size(); ++k) {
-    const int d = r.distance[k];
-    if (d < 1) continue;
-    if (static_cast<int>(r.rows.size()) < d) r.rows.resize(static_cast<std::size_t>(d));
-    DistanceRow& row = r.rows[static_cast<std::size_t>(d - 1)];
-    row.distance = d;
-    row.worst_epsilon = row.pairs == 0 ? r.epsilon[k] : std::max(row.worst_epsilon, r.epsilon[k]);
-    row.least_sigma = row.pairs == 0 ? r.sigma_eff[k] : std::min(row.least_sigma, r.sigma_eff[k]);
-    ++row.pairs;
-  }
+  r.rows = dp::rows_by_distance(r.distance, r.sigma_eff, r.peers, f.sample_rate, sigma, steps,
+                                f.delta, kind);
   return r;
 }
 

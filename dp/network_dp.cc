@@ -225,6 +225,20 @@ std::vector<double> pairwise_noise_multipliers(std::span<const double> w, int pe
   return out;
 }
 
+namespace {
+
+// pair_epsilon with the local epsilon known; memo keeps one accountant run per rounded multiplier.
+double pair_epsilon_given(double local, double q, double sigma, double sigma_eff, long long steps,
+                          double delta, AccountantKind kind, std::map<double, double>& memo) {
+  if (sigma_eff == sigma) return local;
+  const double key = round_down(sigma_eff);
+  auto it = memo.find(key);
+  if (it == memo.end()) it = memo.emplace(key, epsilon_for(q, key, steps, delta, kind).epsilon).first;
+  return std::min(local, it->second);
+}
+
+}  // namespace
+
 std::vector<double> pairwise_epsilons(std::span<const double> w, int peers, double q,
                                       double sigma, long long steps, double delta,
                                       AccountantKind kind) {
@@ -234,18 +248,44 @@ std::vector<double> pairwise_epsilons(std::span<const double> w, int peers, doub
   std::vector<double> eff = pairwise_noise_multipliers(w, peers, sigma);
   const double local = epsilon_for(q, sigma, steps, delta, kind).epsilon;
   std::map<double, double> memo;
-  for (double& s : eff) {
-    if (s == sigma) {
-      s = local;
-      continue;
-    }
-    const double key = round_down(s);
-    auto it = memo.find(key);
-    if (it == memo.end())
-      it = memo.emplace(key, epsilon_for(q, key, steps, delta, kind).epsilon).first;
-    s = std::min(local, it->second);
-  }
+  for (double& s : eff) s = pair_epsilon_given(local, q, sigma, s, steps, delta, kind, memo);
   return eff;
+}
+
+double pair_epsilon(double q, double sigma, double sigma_eff, long long steps, double delta,
+                    AccountantKind kind) {
+  std::map<double, double> memo;
+  return pair_epsilon_given(epsilon_for(q, sigma, steps, delta, kind).epsilon, q, sigma,
+                            sigma_eff, steps, delta, kind, memo);
+}
+
+std::vector<DistanceRow> rows_by_distance(std::span<const int> distance,
+                                          std::span<const double> sigma_eff, int peers, double q,
+                                          double sigma, long long steps, double delta,
+                                          AccountantKind kind) {
+  const auto n = static_cast<std::size_t>(peers);
+  if (peers < 1 || distance.size() != n * n || sigma_eff.size() != n * n)
+    bad("distance and sigma_eff must be peers x peers");
+  std::vector<DistanceRow> rows;
+  for (std::size_t k = 0; k < distance.size(); ++k) {
+    const int d = distance[k];
+    if (d < 1) continue;
+    if (rows.size() < static_cast<std::size_t>(d)) rows.resize(static_cast<std::size_t>(d));
+    DistanceRow& row = rows[static_cast<std::size_t>(d - 1)];
+    row.distance = d;
+    row.least_sigma = row.pairs == 0 ? sigma_eff[k] : std::min(row.least_sigma, sigma_eff[k]);
+    ++row.pairs;
+  }
+  const double local = epsilon_for(q, sigma, steps, delta, kind).epsilon;
+  std::map<double, double> memo;
+  for (std::size_t d = 0; d < rows.size(); ++d) {
+    rows[d].distance = static_cast<int>(d) + 1;
+    if (rows[d].pairs > 0) {
+      rows[d].worst_epsilon =
+          pair_epsilon_given(local, q, sigma, rows[d].least_sigma, steps, delta, kind, memo);
+    }
+  }
+  return rows;
 }
 
 }  // namespace dpg::dp

@@ -61,4 +61,26 @@ std::vector<double> pairwise_epsilons(std::span<const double> w, int peers, doub
                                       double sigma, long long steps, double delta,
                                       AccountantKind kind = AccountantKind::pld);
 
+// The pairs (u, v), u != v, at each graph distance d >= 1 (rows[d - 1]; a distance no pair has
+// gets pairs 0): how many, the least sigma_eff among them and so the worst epsilon at that
+// distance, as pairwise_epsilons gives it.
+struct DistanceRow {
+  int distance = 0;
+  int pairs = 0;
+  double least_sigma = 0;
+  double worst_epsilon = 0;
+};
+//   distance, sigma_eff: graph_distances' and pairwise_noise_multipliers' n x n results; q, sigma,
+//   steps, delta and kind as for pairwise_epsilons. One accountant run per distance.
+std::vector<DistanceRow> rows_by_distance(std::span<const int> distance,
+                                          std::span<const double> sigma_eff, int peers, double q,
+                                          double sigma, long long steps, double delta,
+                                          AccountantKind kind = AccountantKind::pld);
+
+// The epsilon pairwise_epsilons gives a pair whose multiplier is sigma_eff: the local epsilon
+// when sigma_eff == sigma, else min(local, epsilon at sigma_eff rounded down to 5 significant
+// digits).
+double pair_epsilon(double q, double sigma, double sigma_eff, long long steps, double delta,
+                    AccountantKind kind = AccountantKind::pld);
+
 }  // namespace dpg::dp

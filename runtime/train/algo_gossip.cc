@@ -2,22 +2,49 @@
 // computes its gradient at that model, mixes x_i <- sum_j W_ij x_j, and steps with its own noised
 // gradient. Every peer adds the full noise, since its model is all it sends.
 #include <algorithm>
+#include <string>
+#include <vector>
 
+#include "dp/network_dp.h"
 #include "runtime/core/log.h"
 #include "runtime/train/algorithms.h"
 
 namespace dpg::train {
 namespace {
 
+// Why pairwise network DP (dp/network_dp.h) does not cover this run, or "" when it does: the
+// bound assumes one fixed graph, a constant learning rate and no weight decay.
+std::string pairwise_not_covered(const AlgoSetup& s) {
+  if (!s.config.dp) return "no DP";
+  if (s.phases.size() != 1 || s.phases.front().period.size() != 1)
+    return "the graph changes during the run";
+  if (s.config.weight_decay != 0.0) return "weight_decay is not 0";
+  if (s.config.lr_schedule != LrSchedule::constant) return "the learning rate is not constant";
+  if (s.phases.front().period.front().peers() > dp::kNetworkDpMaxPeers)
+    return "more than " + std::to_string(dp::kNetworkDpMaxPeers) + " peers";
+  return "";
+}
+
 class GossipAlgorithm final : public Algorithm {
  public:
   explicit GossipAlgorithm(const AlgoSetup& s)
       : comm_(*s.comm),
-        gossip_(s.comm->transport(), make_schedule(s.phases, s.steps_per_epoch), s.num_params) {
+        gossip_(s.comm->transport(), make_schedule(s.phases, s.steps_per_epoch), s.num_params),
+        plan_(s.plan),
+        pairwise_why_not_(pairwise_not_covered(s)) {
     for (const auto& p : gossip_.schedule().phases()) {
       DPG_INFO("train: gossip on " << p.label << " from round " << p.start_round << ": rho "
                                    << p.spectrum.rho << ", spectral gap "
                                    << p.spectrum.spectral_gap);
+    }
+    if (pairwise_why_not_.empty()) {
+      const topology::Topology& g = s.phases.front().period.front();
+      peers_ = g.peers();
+      distance_ = dp::graph_distances(g.matrix(), peers_);
+      sigma_eff_ = dp::pairwise_noise_multipliers(g.matrix(), peers_, plan_.message_sigma);
+      for (std::size_t k = 0; k < distance_.size(); ++k) {
+        if (distance_[k] >= 2) worst_hidden_sigma_ = std::min(worst_hidden_sigma_, sigma_eff_[k]);
+      }
     }
   }
 
@@ -42,11 +69,47 @@ class GossipAlgorithm final : public Algorithm {
     line["topology"] = phase.label;
     line["rho"] = phase.spectrum.rho;
     if (summary) line["spectral_gap"] = phase.spectrum.spectral_gap;
+    annotate_pairwise(line, t, summary);
   }
 
  private:
+  // Pairwise network DP beside the local epsilon: on every line, what the best-informed peer that
+  // u does not send to learns of u's data (`pairwise_epsilon`, absent when every peer hears every
+  // other directly); in the summary, the worst pair at each graph distance. By the plan's
+  // accountant at the worst peer's rate, as message_epsilon.
+  void annotate_pairwise(Json& line, long long t, bool summary) const {
+    if (!pairwise_why_not_.empty()) {
+      if (summary) line["pairwise"] = {{"not_reported", pairwise_why_not_}};
+      return;
+    }
+    const double q = plan_.accountant_q();
+    const double sigma = plan_.message_sigma;
+    if (worst_hidden_sigma_ < kNone) {
+      line["pairwise_epsilon"] =
+          dp::pair_epsilon(q, sigma, worst_hidden_sigma_, t, plan_.delta, plan_.accountant);
+    }
+    if (!summary) return;
+    Json rows = Json::array();
+    for (const auto& r : dp::rows_by_distance(distance_, sigma_eff_, peers_, q, sigma, t,
+                                              plan_.delta, plan_.accountant)) {
+      rows.push_back({{"distance", r.distance},
+                      {"pairs", r.pairs},
+                      {"worst_epsilon", r.worst_epsilon},
+                      {"least_noise_multiplier", r.least_sigma}});
+    }
+    line["pairwise"] = {{"by_distance", std::move(rows)},
+                        {"assumptions", "docs/GOSSIP.md, \"What a curious neighbour learns\""}};
+  }
+
+  static constexpr double kNone = 1e300;
   collective::Communicator& comm_;
   Gossip gossip_;
+  const dp::PrivacyPlan& plan_;
+  std::string pairwise_why_not_;
+  int peers_ = 0;
+  std::vector<int> distance_;
+  std::vector<double> sigma_eff_;
+  double worst_hidden_sigma_ = kNone;  // the least sigma_eff over pairs at distance >= 2
 };
 
 }  // namespace
