@@ -19,7 +19,7 @@ using u128 = unsigned __int128;
 constexpr StreamTags kTags{4, 5, 6};
 constexpr std::size_t kBlocksPerValue = 4;
 constexpr double kMaxSigmaOnGrid = 67108864.0;     // 2^26: s2 <= 2^52
-constexpr double kMaxScale = 16777216.0;           // 2^24
+constexpr double kMaxScale = 65536.0;              // 2^16: int32 sums of 4096 examples
 constexpr std::uint64_t kMaxGeometric = 1ULL << 30;
 constexpr std::uint64_t kMaxBernoulliTerms = 1ULL << 20;
 
@@ -161,13 +161,19 @@ void add_discrete_gaussian(std::span<std::int64_t> out, std::uint64_t sigma2, co
                  });
 }
 
-NoiseGrid plan_noise_grid(double sigma, std::size_t d) {
+double float_allowance(int widest) {
+  return (4.0 * (static_cast<double>(widest) + 8.0) + 8.0) * 0x1.0p-24;
+}
+
+NoiseGrid plan_noise_grid(double sigma, std::size_t d, int widest) {
   if (!(sigma > 0.0 && std::isfinite(sigma))) {
     bad_argument("noise_multiplier must be finite and > 0 for secure noise, got " + str(sigma));
   }
-  const double root = std::sqrt(static_cast<double>(d));
+  if (widest < 1) bad_argument("widest (layer width) must be >= 1, got " + std::to_string(widest));
+  const double eta = float_allowance(widest);
+  const double half_root = 0.5 * std::sqrt(static_cast<double>(d));
   for (double scale = kMaxScale; scale >= 1.0; scale /= 2.0) {
-    const double l2 = scale + root;
+    const double l2 = scale * (1.0 + eta) + half_root;
     const double s = sigma * l2;
     if (s > kMaxSigmaOnGrid) continue;
     // An integer at or above (sigma l2)^2 whatever the rounding of the product: one more.
@@ -176,7 +182,7 @@ NoiseGrid plan_noise_grid(double sigma, std::size_t d) {
     return NoiseGrid{scale, l2, sigma2};
   }
   bad_argument("noise_multiplier " + str(sigma) + " is too large for secure noise's grid over " +
-               std::to_string(d) + " values: sigma (1 + sqrt(d)) must be at most 2^26");
+               std::to_string(d) + " values: sigma (1 + sqrt(d) / 2) must be at most 2^26");
 }
 
 }  // namespace dpg::dp

@@ -4,10 +4,8 @@
 // Why. Gaussian noise computed in floating point and added to a float leaks through rounding: the
 // set of floats reachable from a value v is not the set reachable from a neighbouring v', so the
 // low-order bits of a released value can tell them apart (Mironov 2012 for textbook Laplace; the
-// same reasoning holds for the Gaussian). Here nothing in floating point touches the noise: the
-// clipped sum is rounded onto an integer grid, integer noise is added there, and what is released
-// is a function of that integer alone. Two sums that round to one grid point give bit-identical
-// releases under the same key.
+// same reasoning holds for the Gaussian). Here the clipped examples are summed on an integer grid,
+// integer noise is added there, and what is released is a function of that integer alone.
 //
 // The noise. N_Z(0, s2), P(X = k) proportional to exp(-k^2 / (2 s2)) over the integers (Canonne,
 // Kamath and Steinke 2020, "The Discrete Gaussian for Differential Privacy", NeurIPS 2020), drawn
@@ -29,25 +27,33 @@
 // than 2 in `bench step --secure-noise`), then its sub-stream, so a range noised alone equals the
 // same range of the whole.
 //
-// The grid. A peer's clipped sum x (each example's gradient of L2 norm <= C) goes onto the grid as
-// round(x * scale / C). One example moves x by at most C in L2, and rounding moves each coordinate
-// by less than 1 either way, so the grid value moves by at most l2 = scale + sqrt(d) in L2 (d
-// values). Noise N_Z(0, s2) with s2 >= (sigma l2)^2 is then the discrete Gaussian mechanism at
-// noise multiplier sigma. Its Renyi divergence at every order is at most the continuous Gaussian's
-// at the same l2 / sqrt(s2) (Canonne et al.'s bound for one coordinate, alpha Delta^2 / (2 s2),
-// summed over independent coordinates), and its privacy loss is a function of <X, Delta> whose
-// moment generating function is the continuous one's times a factor within 4 exp(-2 pi^2 s2) of 1
-// (Poisson summation), nothing at s2 >= 2^20. dpgossip therefore accounts it as the Gaussian
-// mechanism of multiplier sigma under either accountant; for the Poisson-subsampled mechanism
-// (PLD, or RDP's add direction) that rests on this closeness, not on a separate proof.
-// The scale is the largest power of two up to 2^24 with sigma l2 <= 2^26, so that s2 <= 2^52
-// keeps every product inside 128 bits; the noise is then sigma C times l2 / scale =
-// 1 + sqrt(d) / scale (1 + 3.1e-5 for the recipe's 269,322 values at 2^24).
+// The grid: clipping and summation on it. Each example's gradient is clipped to C in float (its
+// ghost norm, dp/clip.h), then every entry is scaled by scale / C and rounded to the nearest
+// integer, example by example, and the integers are summed exactly (model::Mlp's *_on_grid).
+// Adding or removing one example therefore moves the grid sum by exactly that example's integer
+// vector, whose L2 norm is at most
+//   l2 = scale (1 + eta) + sqrt(d) / 2,
+// eta covering the float error of the clipping: the ghost norm sums rows of at most `widest`
+// squares (relative error at most (widest + 1) 2^-24 in any order of summation, Higham's
+// gamma_n), the factor, the scaling and the products add a few units of 2^-24; eta =
+// (4 (widest + 8) + 8) 2^-24 bounds them with room (1.9e-4 for the recipe's 784 inputs), and each
+// entry's rounding adds at most 1/2. Noise N_Z(0, s2) with s2 >= (sigma l2)^2 is then the discrete
+// Gaussian mechanism at noise multiplier sigma. Its Renyi divergence at every order is at most the
+// continuous Gaussian's at the same l2 / sqrt(s2) (Canonne et al.'s bound for one coordinate,
+// alpha Delta^2 / (2 s2), summed over independent coordinates), and its privacy loss is a
+// function of <X, Delta> whose moment generating function is the continuous one's times a factor
+// within 4 exp(-2 pi^2 s2) of 1 (Poisson summation), nothing at s2 >= 2^20. dpgossip therefore
+// accounts it as the Gaussian mechanism of multiplier sigma under either accountant; for the
+// Poisson-subsampled mechanism (PLD, or RDP's add direction) that rests on this closeness, not on
+// a separate proof.
+// The scale is the largest power of two up to 2^16 with sigma l2 <= 2^26 (s2 <= 2^52 keeps every
+// product inside 128 bits; 2^16 keeps 4096 examples' sums inside int32); the noise is then sigma C
+// times l2 / scale (1 + 3.6e-3 for the recipe's 203,530 values at 2^16).
 //
-// What stays in floating point: the model's gradients, each example's clipping factor and the
-// clipped sum, before the grid. A neighbouring batch moves that float sum by the example's clipped
-// gradient plus the rounding of the sum (of the order of 2^-24 of each coordinate, depending on
-// the BLAS's order of summation), and that rounding is not in l2. docs/PRIVACY.md says so.
+// What stays in floating point: each example's forward and backward pass, computed for the batch
+// by GEMMs. The argument above holds for the per-example values as computed; it assumes that one
+// example's values do not change when another joins the batch, which holds as long as the GEMM
+// computes each row of its output with the same operations whatever the number of rows.
 #pragma once
 
 #include <cstddef>
@@ -68,13 +74,17 @@ inline constexpr std::uint64_t kMaxDiscreteGaussianVariance = 1ULL << 52;
 void add_discrete_gaussian(std::span<std::int64_t> out, std::uint64_t sigma2, const NoiseKey& key,
                            std::uint64_t stream, std::size_t first = 0);
 
-// The grid and noise of `--secure-noise` for noise multiplier sigma (> 0, finite) over d values.
+// The grid and noise of `--secure-noise` for noise multiplier sigma (> 0, finite) over d values of
+// a model whose widest layer has `widest` (>= 1) units.
 struct NoiseGrid {
-  double scale = 0;         // grid steps per clip norm C (a power of two, at most 2^24)
-  double l2 = 0;            // L2 sensitivity of the grid value: scale + sqrt(d)
+  double scale = 0;         // grid steps per clip norm C (a power of two, at most 2^16)
+  double l2 = 0;            // L2 sensitivity of the grid sum: scale (1 + eta) + sqrt(d) / 2
   std::uint64_t sigma2 = 0; // the discrete Gaussian's s2: an integer >= (sigma l2)^2
 };
 // Throws invalid_argument naming noise_multiplier when no scale >= 1 keeps sigma l2 <= 2^26.
-NoiseGrid plan_noise_grid(double sigma, std::size_t d);
+NoiseGrid plan_noise_grid(double sigma, std::size_t d, int widest);
+
+// eta above: the float error allowed for in the clipped examples' norms.
+double float_allowance(int widest);
 
 }  // namespace dpg::dp

@@ -23,7 +23,11 @@ GaussianMechanism::GaussianMechanism(std::size_t num_params, MechanismOptions op
   }
   if (options_.enabled && options_.secure_noise) secure_key_ = NoiseKey::from_os();
   if (secure_key_ && !options_.secure_aggregation && options_.noise_multiplier > 0.0) {
-    noise_grid_ = plan_noise_grid(options_.noise_multiplier, num_params);
+    const int widest = options_.widest_layer > 0 ? options_.widest_layer
+                                                 : static_cast<int>(std::min<std::size_t>(
+                                                       num_params, 1u << 30));
+    noise_grid_ = plan_noise_grid(options_.noise_multiplier, num_params, widest);
+    grid_sum_.resize(num_params);
   }
   if (options_.enabled && options_.secure_aggregation) {
     if (!(options_.grid_scale >= 1) || !(options_.skellam_mu >= 0)) {
@@ -54,6 +58,7 @@ PrivateGradient PrivateGradient::join(const PrivateGradient& lo, const PrivateGr
 
 std::span<float> GaussianMechanism::begin_step() {
   std::fill(buffer_.begin(), buffer_.end(), 0.0f);
+  std::fill(grid_sum_.begin(), grid_sum_.end(), 0);
   keyed_ = false;
   ++step_;
   released_.clear();
@@ -63,7 +68,7 @@ std::span<float> GaussianMechanism::begin_step() {
 void GaussianMechanism::noise(std::size_t begin, std::size_t end) {
   const float inv = static_cast<float>(1.0 / options_.expected_batch);
   const std::span<float> range(buffer_.data() + begin, end - begin);
-  if (sigma() > 0.0 && noise_grid_) {
+  if (sums_on_grid()) {
     noise_on_grid(begin, end);
   } else if (sigma() > 0.0) {
     if (!keyed_) {
@@ -76,22 +81,29 @@ void GaussianMechanism::noise(std::size_t begin, std::size_t end) {
   }
 }
 
+float GaussianMechanism::to_grid() const {
+  if (!noise_grid_) fail(Code::internal, "to_grid: the mechanism does not sum on the grid");
+  return static_cast<float>(noise_grid_->scale / options_.clip_norm);
+}
+
 void GaussianMechanism::noise_on_grid(std::size_t begin, std::size_t end) {
-  // round(x * scale / C) as int64; N_Z(0, s2) there; the integer times C / scale / batch.
-  const double to_grid = noise_grid_->scale / options_.clip_norm;
-  const double from_grid = options_.clip_norm / noise_grid_->scale / options_.expected_batch;
-  grid_values_.resize(end - begin);
+  // What a caller wrote to begin_step()'s floats (the audit's canaries), rounded onto the grid;
+  // then N_Z(0, s2) on the grid sum; the integer times C / scale / batch.
+  const double to = noise_grid_->scale / options_.clip_norm;
   for (std::size_t i = begin; i < end; ++i) {
-    const double v = std::nearbyint(static_cast<double>(buffer_[i]) * to_grid);
+    if (buffer_[i] == 0.0f) continue;
+    const double v = std::nearbyint(static_cast<double>(buffer_[i]) * to);
     if (!(std::abs(v) < 0x1.0p62)) {
-      fail(Code::internal, "secure noise: value " + std::to_string(i) + " of the clipped sum (" +
+      fail(Code::internal, "secure noise: value " + std::to_string(i) + " (" +
                                std::to_string(buffer_[i]) + ") does not fit the grid");
     }
-    grid_values_[i - begin] = static_cast<std::int64_t>(v);
+    grid_sum_[i] += static_cast<std::int64_t>(v);
   }
-  add_discrete_gaussian(grid_values_, noise_grid_->sigma2, *secure_key_, step_, begin);
+  const std::span<std::int64_t> range(grid_sum_.data() + begin, end - begin);
+  add_discrete_gaussian(range, noise_grid_->sigma2, *secure_key_, step_, begin);
+  const double from_grid = options_.clip_norm / noise_grid_->scale / options_.expected_batch;
   for (std::size_t i = begin; i < end; ++i) {
-    buffer_[i] = static_cast<float>(static_cast<double>(grid_values_[i - begin]) * from_grid);
+    buffer_[i] = static_cast<float>(static_cast<double>(grid_sum_[i]) * from_grid);
   }
 }
 

@@ -56,9 +56,13 @@ struct MechanismOptions {
   double expected_batch = 1.0;     // public denominator: q * dataset size, never the realised batch
   // Noise from ChaCha20 under a key from getrandom(2) (secure_noise.h) instead of the counter
   // hash under the seed: no seed to search, nothing that predicts one step's noise from another's.
-  // Without secure aggregation the clipped sum goes onto an integer grid and takes exact discrete
-  // Gaussian noise there (discrete_gaussian.h), so no float rounding of the noise is released.
+  // Without secure aggregation the clipped examples are summed on an integer grid (grid_sum())
+  // and take exact discrete Gaussian noise there (discrete_gaussian.h), so no float rounding of
+  // the noise, nor of the sum, is released.
   bool secure_noise = false;
+  // Secure noise: the model's widest layer, which sets the float allowance of the clipping in the
+  // grid's sensitivity (discrete_gaussian.h). 0: the number of parameters (a loose bound).
+  int widest_layer = 0;
   // Secure aggregation (privacy_plan.h's SecureAggregationPlan): release() puts the clipped sum
   // on the grid (grid_scale steps per C) and adds Skellam(skellam_mu) there instead of Gaussian
   // noise; aggregate() masks and sums the integers and hands back the decoded sum.
@@ -75,6 +79,14 @@ class GaussianMechanism {
   const MechanismOptions& options() const { return options_; }
   // Zeroes the accumulator and returns it for the step's clipped sum.
   std::span<float> begin_step();
+  // Secure noise (without secure aggregation): the step's clipped examples are summed here, on
+  // the integer grid, instead of in begin_step()'s floats; each entry of an example clipped to C
+  // is rounded after scaling by to_grid() (model::Mlp's *_on_grid). Zeroed by begin_step().
+  bool sums_on_grid() const { return noise_grid_.has_value() && sigma() > 0.0; }
+  std::span<std::int64_t> grid_sum() { return grid_sum_; }
+  // Whatever is also written to begin_step()'s floats (the audit's canaries) is rounded onto the
+  // grid and added to grid_sum() at the release.
+  float to_grid() const;
   // Adds the noise (also to an empty batch's zero sum) and divides by the expected batch size:
   // to every value not yet released this step by release_range(); returns the whole gradient.
   PrivateGradient release();
@@ -111,8 +123,8 @@ class GaussianMechanism {
   double sigma() const { return options_.enabled ? options_.noise_multiplier : 0.0; }
   // Noises and scales [begin, end) (nothing checked).
   void noise(std::size_t begin, std::size_t end);
-  // secure_noise without secure aggregation: [begin, end) onto the grid, discrete Gaussian noise
-  // there, and back, scaled.
+  // secure_noise without secure aggregation: discrete Gaussian noise on grid_sum_'s [begin, end),
+  // then those integers, decoded and scaled, into the buffer.
   void noise_on_grid(std::size_t begin, std::size_t end);
   // Secure aggregation: whether it is on; the sum onto the grid with its noise (into grid_, and
   // this peer's share decoded into buffer_); grid values decoded into buffer_.
@@ -131,7 +143,7 @@ class GaussianMechanism {
   // secure aggregation, the grid of its discrete Gaussian noise and a range's grid values.
   std::optional<NoiseKey> secure_key_;
   std::optional<NoiseGrid> noise_grid_;
-  std::vector<std::int64_t> grid_values_;
+  std::vector<std::int64_t> grid_sum_;
   std::uint64_t step_ = 0;
   std::vector<std::pair<std::size_t, std::size_t>> released_;  // this step's released ranges
 };

@@ -86,6 +86,7 @@ double time_steps(const model::MlpSpec& spec, const std::string& mode, const Ste
   dp::MechanismOptions mo;
   mo.enabled = mode != "sgd";
   mo.secure_noise = mode == "dpsgd-secure";
+  mo.widest_layer = mlp.widest();
   mo.clip_norm = 1.0f;
   mo.noise_multiplier = 1.0;
   mo.expected_batch = o.batch;

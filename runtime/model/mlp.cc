@@ -179,6 +179,73 @@ void Mlp::add_bias(Workspace& ws, int l, std::span<float> grad_out) const {
   }
 }
 
+namespace {
+
+constexpr std::size_t kGridChunk = 4096;  // examples summed in int32 before int64
+constexpr int kGridRows = 16;             // weight rows whose int32 sums are kept at once
+
+// acc[k] += round(coef * a[k]) for k < n: one example's entries of one weight row on the grid.
+inline void add_rounded(std::int32_t* acc, const float* a, float coef, int n) {
+#pragma omp simd
+  for (int k = 0; k < n; ++k) acc[k] += static_cast<std::int32_t>(std::nearbyint(coef * a[k]));
+}
+
+}  // namespace
+
+void Mlp::accumulate_gradient_on_grid(Workspace& ws, std::span<const float> scale, float to_grid,
+                                      std::span<std::int64_t> grid_out) const {
+  if (ws.batch == 0) return;
+  for (int l = 0; l < num_layers(); ++l) {
+    clip_layer(ws, scale, l);
+    add_weight_rows_on_grid(ws, l, 0, widths_[l + 1], to_grid, grid_out);
+    add_bias_on_grid(ws, l, to_grid, grid_out);
+  }
+}
+
+void Mlp::add_weight_rows_on_grid(Workspace& ws, int l, int row_begin, int row_end,
+                                  float to_grid, std::span<std::int64_t> grid_out) const {
+  DPG_CHECK_EQ(grid_out.size(), params_.size());
+  DPG_CHECK(l >= 0 && l < num_layers());
+  DPG_CHECK(0 <= row_begin && row_begin <= row_end && row_end <= widths_[l + 1]);
+  const int in = widths_[l];
+  const int out = widths_[l + 1];
+  const float* g = ws.grad[l].data();
+  const float* a = ws.act[l].data();
+  std::vector<std::int32_t> sums(static_cast<std::size_t>(kGridRows) * in);
+  // A block of rows at a time: their int32 sums stay in cache while every example passes.
+  for (int jb = row_begin; jb < row_end; jb += kGridRows) {
+    const int rows = std::min(kGridRows, row_end - jb);
+    for (std::size_t i0 = 0; i0 < ws.batch; i0 += kGridChunk) {
+      std::fill(sums.begin(), sums.end(), 0);
+      const std::size_t i1 = std::min(ws.batch, i0 + kGridChunk);
+      for (std::size_t i = i0; i < i1; ++i) {
+        for (int r = 0; r < rows; ++r) {
+          const float coef = to_grid * g[i * out + static_cast<std::size_t>(jb + r)];
+          if (coef != 0.0f) add_rounded(sums.data() + static_cast<std::size_t>(r) * in, a + i * in, coef, in);
+        }
+      }
+      std::int64_t* acc = grid_out.data() + weight_offset(l) + static_cast<std::size_t>(jb) * in;
+      for (std::size_t k = 0; k < static_cast<std::size_t>(rows) * in; ++k) acc[k] += sums[k];
+    }
+  }
+}
+
+void Mlp::add_bias_on_grid(Workspace& ws, int l, float to_grid,
+                           std::span<std::int64_t> grid_out) const {
+  DPG_CHECK_EQ(grid_out.size(), params_.size());
+  DPG_CHECK(l >= 0 && l < num_layers());
+  const int out = widths_[l + 1];
+  const float* g = ws.grad[l].data();
+  std::vector<std::int32_t> sums(static_cast<std::size_t>(out));
+  std::int64_t* db = grid_out.data() + bias_offset(l);
+  for (std::size_t i0 = 0; i0 < ws.batch; i0 += kGridChunk) {
+    std::fill(sums.begin(), sums.end(), 0);
+    const std::size_t i1 = std::min(ws.batch, i0 + kGridChunk);
+    for (std::size_t i = i0; i < i1; ++i) add_rounded(sums.data(), g + i * out, to_grid, out);
+    for (int c = 0; c < out; ++c) db[c] += sums[static_cast<std::size_t>(c)];
+  }
+}
+
 Mlp::Evaluation Mlp::evaluate(std::span<const float> x, std::span<const std::int32_t> labels,
                               Workspace& ws) const {
   const std::size_t rows = labels.size();

@@ -8,6 +8,7 @@
 // |g_i|^2 (|a_i|^2 + 1).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -80,6 +81,21 @@ class Mlp {
   void add_weight_rows(Workspace& ws, int layer, int row_begin, int row_end,
                        std::span<float> grad_out) const;
   void add_bias(Workspace& ws, int layer, std::span<float> grad_out) const;
+  // The same sums on an integer grid, for secure noise (dp/discrete_gaussian.h): each example's
+  // (already clipped) gradient entry g_ij a_ik, and g_ij for the bias, is rounded to the nearest
+  // integer after scaling by to_grid (grid steps per unit), and the integers are summed exactly,
+  // whatever the order, into grid_out (num_params). Every |to_grid * g_ij a_ik| must stay below
+  // 2^16 + 1 (to_grid <= 2^16 / C on gradients clipped to C): the examples are summed in int32
+  // in chunks of 4096, then into int64.
+  void accumulate_gradient_on_grid(Workspace& ws, std::span<const float> scale, float to_grid,
+                                   std::span<std::int64_t> grid_out) const;
+  void add_weight_rows_on_grid(Workspace& ws, int layer, int row_begin, int row_end,
+                               float to_grid, std::span<std::int64_t> grid_out) const;
+  void add_bias_on_grid(Workspace& ws, int layer, float to_grid,
+                        std::span<std::int64_t> grid_out) const;
+  // The widest layer (inputs, hidden or classes): how long the rows summed by the ghost norms are.
+  int widest() const { return *std::max_element(widths_.begin(), widths_.end()); }
+
   // Where rows [row_begin, row_end) of W_l, and b_l, sit in the flat vector: [first, second).
   std::pair<std::size_t, std::size_t> weight_rows(int layer, int row_begin, int row_end) const {
     return {offsets_[layer] + static_cast<std::size_t>(row_begin) * widths_[layer],

@@ -68,16 +68,30 @@ dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& 
   trace::Span clipped_sum(tracer, "clip", "compute");
   std::span<const float> scale;
   if (mechanism.options().enabled && batch > 0) scale = buffers.scale;
+  // Secure noise sums the clipped examples on the mechanism's integer grid instead.
+  const bool on_grid = mechanism.sums_on_grid();
+  const std::span<std::int64_t> grid = on_grid ? mechanism.grid_sum() : std::span<std::int64_t>{};
+  const float to_grid = on_grid ? mechanism.to_grid() : 0.0f;
   if (sink) {
     for (const ReleasePiece& piece : release_pieces(model, part_values)) {
       if (piece.bias) {
         if (batch > 0) model.clip_layer(ws, scale, piece.layer);
-        model.add_bias(ws, piece.layer, sum);
+        if (on_grid) {
+          model.add_bias_on_grid(ws, piece.layer, to_grid, grid);
+        } else {
+          model.add_bias(ws, piece.layer, sum);
+        }
+      } else if (on_grid) {
+        model.add_weight_rows_on_grid(ws, piece.layer, piece.row_begin, piece.row_end, to_grid,
+                                      grid);
       } else {
         model.add_weight_rows(ws, piece.layer, piece.row_begin, piece.row_end, sum);
       }
       sink(mechanism.release_range(piece.range.first, piece.range.second), piece.range.first);
     }
+  } else if (on_grid) {
+    model.accumulate_gradient_on_grid(ws, scale, to_grid, grid);
+    if (before_noise) before_noise(sum);  // into the floats, which the release adds to the grid
   } else {
     model.accumulate_gradient(ws, scale, sum);
     if (before_noise) before_noise(sum);

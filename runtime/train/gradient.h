@@ -35,7 +35,9 @@ using GradientSink = std::function<void(const dp::PrivateGradient& part, std::si
 
 // Sees the step's whole clipped sum (num_params) just before the noise, and may add to it: what
 // it adds is noised and released like the examples' share (the audit's gradient canaries,
-// runtime/train/audit_run.h). Not with a sink, which releases the sum before it is whole.
+// runtime/train/audit_run.h). Not with a sink, which releases the sum before it is whole. Under
+// secure noise the examples are summed on the mechanism's grid, so the span holds zeros, and what
+// the hook adds is rounded onto the grid at the release.
 using SumHook = std::function<void(std::span<float> sum)>;
 
 // The pieces a streamed gradient is released in, in order: for each layer from the last, its

@@ -39,6 +39,7 @@ RunState::RunState(const TrainConfig& c, const data::Dataset& train, const dp::P
                  .noise_multiplier = plan.peer_sigma,
                  .expected_batch = plan.peer_batch[static_cast<std::size_t>(rank)],
                  .secure_noise = c.secure_noise,
+                 .widest_layer = model.widest(),
                  .secure_aggregation = plan.secure_aggregation,
                  .grid_scale = plan.secagg.grid_scale,
                  .skellam_mu = plan.secagg.peer_mu},

@@ -2,16 +2,21 @@
 // mechanism that releases through it.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstddef>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "dp/clip.h"
 #include "dp/discrete_gaussian.h"
 #include "dp/mechanism.h"
 #include "dp/secure_noise.h"
 #include "runtime/core/error.h"
+#include "runtime/core/rng.h"
+#include "runtime/model/mlp.h"
 
 using dpg::dp::add_discrete_gaussian;
 using dpg::dp::NoiseKey;
@@ -124,39 +129,126 @@ TEST_CASE("discrete gaussian: bad variances and ranges are refused, overflow is 
                     doctest::Contains("int64 range"));
 }
 
-TEST_CASE("noise grid: the largest power of two keeping sigma l2 <= 2^26; too much noise refused") {
-  const auto recipe = plan_noise_grid(2.46, 269322);
-  CHECK(recipe.scale == 16777216.0);
-  CHECK(recipe.l2 == doctest::Approx(16777216.0 + std::sqrt(269322.0)));
+TEST_CASE("noise grid: the largest power of two up to 2^16 keeping sigma l2 <= 2^26") {
+  const double eta = dpg::dp::float_allowance(784);
+  CHECK(eta == doctest::Approx(3176.0 / 16777216.0));
+  const auto recipe = plan_noise_grid(2.46, 203530, 784);
+  CHECK(recipe.scale == 65536.0);
+  CHECK(recipe.l2 == doctest::Approx(65536.0 * (1 + eta) + std::sqrt(203530.0) / 2));
   CHECK(static_cast<double>(recipe.sigma2) >= (2.46 * recipe.l2) * (2.46 * recipe.l2));
   CHECK(static_cast<double>(recipe.sigma2) < (2.46 * recipe.l2) * (2.46 * recipe.l2) + 2);
-  CHECK(plan_noise_grid(100, 269322).scale == 524288.0);  // 100 (2^20 + 519) > 2^26
-  CHECK_THROWS_WITH(plan_noise_grid(1e6, 269322), doctest::Contains("noise_multiplier"));
-  CHECK_THROWS_WITH(plan_noise_grid(0, 10), doctest::Contains("noise_multiplier"));
+  CHECK(plan_noise_grid(1000, 203530, 784).scale == 65536.0);
+  CHECK(plan_noise_grid(2000, 203530, 784).scale == 32768.0);  // 2000 (2^16 + 226) > 2^26
+  CHECK_THROWS_WITH(plan_noise_grid(1e6, 203530, 784), doctest::Contains("noise_multiplier"));
+  CHECK_THROWS_WITH(plan_noise_grid(0, 10, 10), doctest::Contains("noise_multiplier"));
+  CHECK_THROWS_WITH(plan_noise_grid(1, 10, 0), doctest::Contains("widest"));
 }
 
-TEST_CASE("mechanism: secure noise releases grid values; the noise is the planned discrete one") {
+namespace {
+
+// A batch of n examples of a small tanh MLP, forward and backward done, clip factors to C = 1.
+struct Batch {
+  dpg::model::Mlp m{dpg::model::MlpSpec{12, {16, 8}, 5, dpg::model::Activation::tanh}, 4};
+  dpg::model::Workspace ws;
+  std::vector<float> scale;
+  Batch(std::size_t n, std::uint64_t seed, std::size_t skip = SIZE_MAX) {
+    dpg::Rng rng(seed);
+    std::vector<float> x(n * 12);
+    std::vector<std::int32_t> y(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float spread = 0.05f + 3.0f * static_cast<float>(i % 7);
+      for (int k = 0; k < 12; ++k) x[i * 12 + k] = spread * static_cast<float>(rng.normal());
+      y[i] = static_cast<std::int32_t>(rng.below(5));
+    }
+    // `skip`: the same batch without that example (a neighbouring data set).
+    if (skip < n) {
+      x.erase(x.begin() + skip * 12, x.begin() + (skip + 1) * 12);
+      y.erase(y.begin() + skip);
+      --n;
+    }
+    ws.resize(m.spec(), n);
+    std::copy(x.begin(), x.end(), ws.act[0].begin());
+    m.forward(ws);
+    m.loss_and_backward(y, ws, true);
+    std::vector<float> sq(n);
+    scale.resize(n);
+    m.per_example_sq_norms(ws, sq);
+    dpg::dp::clip_factors(sq, 1.0f, scale);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("grid sums: each clipped example rounded, summed exactly; a neighbour moves it by one "
+          "example's integer vector, within l2") {
+  const float to_grid = 65536.0f;
+  const std::size_t n = 40;
+  Batch whole(n, 3);
+  const std::size_t d = whole.m.num_params();
+  std::vector<std::int64_t> sum(d, 0);
+  whole.m.accumulate_gradient_on_grid(whole.ws, whole.scale, to_grid, sum);
+  // The same integers example by example: each one's rounded entries, summed.
+  std::vector<std::int64_t> by_example(d, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    Batch one(n, 3);
+    std::vector<float> only(n, 0.0f);
+    only[i] = one.scale[i];
+    std::vector<std::int64_t> g(d, 0);
+    one.m.accumulate_gradient_on_grid(one.ws, only, to_grid, g);
+    for (std::size_t k = 0; k < d; ++k) by_example[k] += g[k];
+  }
+  CHECK(sum == by_example);
+  // Remove example 5 (clipped hard: its spread is the largest of the first seven).
+  Batch without(n, 3, 5);
+  std::vector<std::int64_t> less(d, 0);
+  without.m.accumulate_gradient_on_grid(without.ws, without.scale, to_grid, less);
+  double diff2 = 0;
+  for (std::size_t k = 0; k < d; ++k) {
+    const double v = static_cast<double>(sum[k] - less[k]);
+    diff2 += v * v;
+  }
+  const auto grid = plan_noise_grid(1.0, d, whole.m.widest());
+  CHECK(grid.scale == 65536.0);
+  CHECK(whole.scale[5] < 0.5f);  // the example was clipped
+  CHECK(std::sqrt(diff2) <= grid.l2);
+  CHECK(std::sqrt(diff2) > 0.99 * 65536.0);
+}
+
+TEST_CASE("mechanism: secure noise releases the grid sum noised; floats written are rounded in") {
   dpg::dp::MechanismOptions opt;
   opt.noise_multiplier = 1e-3;  // sigma l2 below 2^24: every released value is exact in float
   opt.clip_norm = 1.0f;
   opt.secure_noise = true;
+  opt.widest_layer = 100;
   const std::size_t d = 50000;
   dpg::dp::GaussianMechanism m(d, opt, 5, 0);
-  const auto grid = plan_noise_grid(1e-3, d);
-  auto sum = m.begin_step();
-  for (std::size_t i = 0; i < d; ++i) sum[i] = 0.37f * std::sin(static_cast<float>(i));
-  std::vector<float> x(sum.begin(), sum.end());
+  CHECK(m.sums_on_grid());
+  const auto grid = plan_noise_grid(1e-3, d, 100);
+  CHECK(m.to_grid() == 65536.0f);
+  auto floats = m.begin_step();
+  auto ints = m.grid_sum();
+  std::vector<std::int64_t> x(d);
+  for (std::size_t i = 0; i < d; ++i) {
+    x[i] = static_cast<std::int64_t>(30000 * std::sin(static_cast<double>(i)));
+    ints[i] = x[i];
+  }
+  floats[7] = 0.25f;  // a caller's own addition (an audit canary): 0.25 * 2^16 grid steps
+  x[7] += 16384;
   const auto g = m.release().values();
   double var = 0;
   std::size_t off_grid = 0;
   for (std::size_t i = 0; i < d; ++i) {
     const double on = static_cast<double>(g[i]) * grid.scale;
     off_grid += on != std::nearbyint(on) ? 1 : 0;
-    const double noise = on - std::nearbyint(static_cast<double>(x[i]) * grid.scale);
+    const double noise = on - static_cast<double>(x[i]);
     var += noise * noise;
   }
   CHECK(off_grid == 0);
   CHECK(var / d / static_cast<double>(grid.sigma2) == doctest::Approx(1.0).epsilon(0.03));
+  // The next step starts from zero on the grid.
+  m.begin_step();
+  const auto next = m.grid_sum();
+  CHECK(std::count(next.begin(), next.end(), 0) == static_cast<std::ptrdiff_t>(d));
 }
 
 TEST_CASE("mechanism: secure noise ignores the seed, so two peers with one seed differ") {
