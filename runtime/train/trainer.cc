@@ -140,9 +140,13 @@ void Trainer::log_start() const {
                           << plan_.peer_sigma << ", " << plan_.noise_mode
                           << " noise; the model's " << plan_.model_sigma << "), clip "
                           << c.clip_norm
-                          << (c.secure_noise ? ", noise from ChaCha20 under a 256-bit key from the "
-                                               "OS (integer noise on a fixed-point grid), sampler "
-                                               "seed secret (OS entropy)"
+                          << (!c.secure_noise ? ""
+                              : c.secure_aggregation
+                                  ? ", noise from ChaCha20 under a 256-bit key from the OS "
+                                    "(Skellam on secure aggregation's grid)"
+                                  : ", noise from ChaCha20 under a 256-bit key from the OS "
+                                    "(examples summed and noised on an integer grid)")
+                          << (c.secure_noise ? ", sampler seed secret (OS entropy)"
                               : c.noise_seed != 0 ? ", noise seed from the config"
                                                   : ", noise seed secret (OS entropy)"));
   if (c.dp && c.sampling != Sampling::poisson) {

@@ -12,7 +12,7 @@ quick=(--epochs 1 --batch-size 2048 --lr 4 --momentum 0 --ema-decay 0 --threads 
 # own key from the OS.
 "$bin" launch --peers 4 -- train --algo gossip --topology ring --data "$work/data" "${quick[@]}" \
   --secure-noise --json >"$work/secure.json" 2>"$work/secure.log"
-grep -q "noise from ChaCha20 under a 256-bit key from the OS (integer noise on a fixed-point grid)" \
+grep -q "noise from ChaCha20 under a 256-bit key from the OS (examples summed and noised on an integer grid)" \
   "$work/secure.log"
 py '
 import json, sys
