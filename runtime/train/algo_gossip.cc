@@ -30,7 +30,10 @@ class GossipAlgorithm final : public Algorithm {
   explicit GossipAlgorithm(const AlgoSetup& s)
       : comm_(*s.comm),
         gossip_(s.comm->transport(), make_schedule(s.phases, s.steps_per_epoch), s.num_params),
-        plan_(s.plan),
+        q_(s.plan.accountant_q()),
+        sigma_(s.plan.message_sigma),
+        delta_(s.plan.delta),
+        accountant_(s.plan.accountant),
         pairwise_why_not_(pairwise_not_covered(s)) {
     for (const auto& p : gossip_.schedule().phases()) {
       DPG_INFO("train: gossip on " << p.label << " from round " << p.start_round << ": rho "
@@ -41,7 +44,7 @@ class GossipAlgorithm final : public Algorithm {
       const topology::Topology& g = s.phases.front().period.front();
       peers_ = g.peers();
       distance_ = dp::graph_distances(g.matrix(), peers_);
-      sigma_eff_ = dp::pairwise_noise_multipliers(g.matrix(), peers_, plan_.message_sigma);
+      sigma_eff_ = dp::pairwise_noise_multipliers(g.matrix(), peers_, sigma_);
       for (std::size_t k = 0; k < distance_.size(); ++k) {
         if (distance_[k] >= 2) worst_hidden_sigma_ = std::min(worst_hidden_sigma_, sigma_eff_[k]);
       }
@@ -82,16 +85,14 @@ class GossipAlgorithm final : public Algorithm {
       if (summary) line["pairwise"] = {{"not_reported", pairwise_why_not_}};
       return;
     }
-    const double q = plan_.accountant_q();
-    const double sigma = plan_.message_sigma;
     if (worst_hidden_sigma_ < kNone) {
       line["pairwise_epsilon"] =
-          dp::pair_epsilon(q, sigma, worst_hidden_sigma_, t, plan_.delta, plan_.accountant);
+          dp::pair_epsilon(q_, sigma_, worst_hidden_sigma_, t, delta_, accountant_);
     }
     if (!summary) return;
     Json rows = Json::array();
-    for (const auto& r : dp::rows_by_distance(distance_, sigma_eff_, peers_, q, sigma, t,
-                                              plan_.delta, plan_.accountant)) {
+    for (const auto& r : dp::rows_by_distance(distance_, sigma_eff_, peers_, q_, sigma_, t, delta_,
+                                              accountant_)) {
       rows.push_back({{"distance", r.distance},
                       {"pairs", r.pairs},
                       {"worst_epsilon", r.worst_epsilon},
@@ -104,7 +105,9 @@ class GossipAlgorithm final : public Algorithm {
   static constexpr double kNone = 1e300;
   collective::Communicator& comm_;
   Gossip gossip_;
-  const dp::PrivacyPlan& plan_;
+  // The plan's figures for the worst peer's messages (q, sigma) and how it accounts them.
+  double q_, sigma_, delta_;
+  dp::AccountantKind accountant_;
   std::string pairwise_why_not_;
   int peers_ = 0;
   std::vector<int> distance_;
