@@ -23,6 +23,10 @@ GaussianMechanism::GaussianMechanism(std::size_t num_params, MechanismOptions op
   }
   if (options_.enabled && options_.secure_noise) secure_key_ = NoiseKey::from_os();
   if (secure_key_ && !options_.secure_aggregation && options_.noise_multiplier > 0.0) {
+    if (!(options_.clip_norm >= 1e-20f && options_.clip_norm <= 1e20f)) {
+      fail(Code::invalid_argument, "clip_norm: secure noise's grid needs it in [1e-20, 1e20], got " +
+                                       std::to_string(options_.clip_norm));
+    }
     const int widest = options_.widest_layer > 0 ? options_.widest_layer
                                                  : static_cast<int>(std::min<std::size_t>(
                                                        num_params, 1u << 30));
