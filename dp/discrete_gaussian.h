@@ -23,9 +23,9 @@
 // exp(-2^22) (| |Y| t - s2 | >= 2^64) is rejected outright, and a geometric past 2^30 restarts the
 // proposal; each changes the distribution by less than exp(-2^22) in total variation.
 // The bits come from ChaCha20 under a dp::NoiseKey (dp/value_stream.h, tags 4, 5, 6), each draw
-// taking only the bits it needs; value x owns 4 blocks (32 words: at the recipe's s2, 4 ran faster
-// than 2 in `bench step --secure-noise`), then its sub-stream, so a range noised alone equals the
-// same range of the whole.
+// taking only the bits it needs; value x owns 4 blocks (32 words, room to spare: a draw that runs
+// past them sets up a sub-stream, which costs far more than unused keystream), so a range noised
+// alone equals the same range of the whole.
 //
 // The grid: clipping and summation on it. Each example's gradient is clipped to C in float (its
 // ghost norm, dp/clip.h), then every entry is scaled by scale / C and rounded to the nearest

@@ -52,10 +52,9 @@ class ValueWords {
 };
 
 // Calls draw(i, words) for i = 0 .. n - 1, with the words of value first + i (`blocks` a power of
-// two, at most 256). `what` names the
-// noise in errors. Throws invalid_argument when the range passes the 32-bit block counter
-// ((first + n) * blocks > 2^32) and dpg::Error(internal) if libcrypto fails. The keystream buffers
-// are wiped before it returns.
+// two, at most 256). `what` names the noise in errors. Throws invalid_argument when the range
+// passes the 32-bit block counter ((first + n) * blocks > 2^32) and dpg::Error(internal) if
+// libcrypto fails. The keystream buffers are wiped before it returns.
 void for_each_value(const NoiseKey& key, std::uint64_t stream, StreamTags tags,
                     std::size_t blocks, std::size_t first, std::size_t n, const char* what,
                     const std::function<void(std::size_t, ValueWords&)>& draw);

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstddef>
@@ -86,6 +87,25 @@ TEST_CASE("discrete gaussian: moments and tails at the grid's variances; signs b
   CHECK(m4 / n / (var * var) == doctest::Approx(3.0).epsilon(0.04));
   CHECK(beyond2 / n == doctest::Approx(0.0455).epsilon(0.06));
   CHECK(positive / n == doctest::Approx(0.5).epsilon(0.01));
+}
+
+// A figure, not a check (docs/BENCHMARKS.md): run with -s to see it.
+TEST_CASE("discrete gaussian: the recipe's 203,530 values at its s2, timed") {
+  const auto grid = plan_noise_grid(2.46, 203530, 784);
+  std::vector<std::int64_t> x(203530, 0);
+  const NoiseKey key = NoiseKey::fixed(99);
+  add_discrete_gaussian(x, grid.sigma2, key, 0);  // warm-up
+  double best = 1e9;
+  for (int rep = 1; rep <= 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    add_discrete_gaussian(x, grid.sigma2, key, static_cast<std::uint64_t>(rep));
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                              .count());
+  }
+  MESSAGE("add_discrete_gaussian, 203530 values at s2 = " << grid.sigma2 << ": " << best * 1e3
+                                                          << " ms, " << best * 1e9 / 203530.0
+                                                          << " ns a value (best of 3)");
+  CHECK(std::abs(x[0]) < (std::int64_t{1} << 40));
 }
 
 TEST_CASE("discrete gaussian: range by range equals the whole; keys and streams independent") {
