@@ -187,15 +187,21 @@ PrivateGradient GaussianMechanism::release() {
   return PrivateGradient(buffer_, sigma());
 }
 
-PrivateGradient GaussianMechanism::release_from_device(
-    const std::function<void(std::span<float>)>& fill) {
+PrivateGradient GaussianMechanism::release_from_device(const DeviceFill& fill,
+                                                       const PartSink& on_part) {
   if (on_grid() || secure_key_) {
     fail(Code::failed_precondition,
          "release_from_device: secure noise and secure aggregation draw their noise on the CPU");
   }
   begin_step();
-  fill(buffer_);
+  // The device released the whole step before any of it is copied here.
   released_.assign(1, {0, buffer_.size()});
+  fill(buffer_, [&](std::size_t offset, std::size_t count) {
+    if (offset > buffer_.size() || count > buffer_.size() - offset) {
+      fail(Code::internal, "release_from_device: a piece beyond the gradient");
+    }
+    if (on_part) on_part(PrivateGradient(std::span<const float>(buffer_).subspan(offset, count), sigma()), offset);
+  });
   return PrivateGradient(buffer_, sigma());
 }
 

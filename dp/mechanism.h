@@ -99,8 +99,13 @@ class GaussianMechanism {
   // its own Philox stream and divides by options().expected_batch, exactly what release() would
   // do with this mechanism's settings; `fill` copies that result into the step's buffer. Begins
   // the step itself. Not with secure noise or secure aggregation, whose noise only the CPU draws
-  // (failed_precondition).
-  PrivateGradient release_from_device(const std::function<void(std::span<float>)>& fill);
+  // (failed_precondition). `fill` may copy in pieces, calling arrived(offset, count) as each
+  // lands; each is then handed to on_part (when set) as a released part, so that it can go on
+  // the wire while the next ones cross.
+  using Arrived = std::function<void(std::size_t offset, std::size_t count)>;
+  using DeviceFill = std::function<void(std::span<float> buffer, const Arrived& arrived)>;
+  using PartSink = std::function<void(const PrivateGradient& part, std::size_t offset)>;
+  PrivateGradient release_from_device(const DeviceFill& fill, const PartSink& on_part = {});
   // Hands a released gradient of this mechanism (or a part of one) to `combine`, which may
   // change it in place with other peers' released gradients (an all-reduce), and returns the
   // result. `combine` sees only noised values, so what comes back is post-processing and stays a

@@ -91,8 +91,8 @@ class Communicator {
   // The number of splits of this communicator so far, then one more (collective/group.h).
   int take_split();
 
-  // An accelerated path for this communicator's float all-reduces (nccl_communicator.h's
-  // nccl_float_allreduce): every allreduce(std::span<float>) goes to it instead of the transport.
+  // An accelerated path for this communicator's float all-reduces (device_collectives.h's
+  // host_route(), NCCL's): every allreduce(std::span<float>) goes to it instead of the transport.
   // Every peer must route alike, or the peers would wait on different paths. Empty: the transport.
   using FloatAllreduce = std::function<void(std::span<float> data, Reduce op)>;
   void route_float_allreduce(FloatAllreduce route) { float_route_ = std::move(route); }

@@ -30,7 +30,8 @@ void NeighbourExchange::post_recv(std::size_t c) {
 }
 
 void NeighbourExchange::start(uint64_t round, std::span<const float> mine,
-                              std::span<const int> send_to, std::span<const int> recv_from) {
+                              std::span<const int> send_to, std::span<const int> recv_from,
+                              std::size_t ready) {
   if (active_) fail(Code::internal, "neighbour exchange: start() before finish()");
   round_ = round;
   count_ = mine.size();
@@ -44,19 +45,29 @@ void NeighbourExchange::start(uint64_t round, std::span<const float> mine,
   sends_.assign(chunks_ * send_to.size(), net::Handle{});
   // Receives first, so that a neighbour's first chunks never wait on a receive not yet posted.
   for (std::size_t c = 0; c < std::min(window_, chunks_); ++c) post_recv(c);
-  for (std::size_t c = 0; c < chunks_; ++c) {
-    const auto [b, e] = range(c);
-    const net::Tag tag{kOpGossip, round, static_cast<uint32_t>(c)};
-    for (std::size_t k = 0; k < send_to.size(); ++k) {
-      sends_[c * send_to.size() + k] =
-          transport_.send(send_to[k], tag, std::as_bytes(mine.subspan(b, e - b)));
+  mine_ = mine;
+  send_to_.assign(send_to.begin(), send_to.end());
+  sent_chunks_ = 0;
+  active_ = true;
+  this->ready(ready);
+}
+
+void NeighbourExchange::ready(std::size_t ready) {
+  if (!active_) fail(Code::internal, "neighbour exchange: ready() outside an exchange");
+  for (; sent_chunks_ < chunks_; ++sent_chunks_) {
+    const auto [b, e] = range(sent_chunks_);
+    if (e > ready) break;  // (an empty model's one empty chunk goes at once)
+    const net::Tag tag{kOpGossip, round_, static_cast<uint32_t>(sent_chunks_)};
+    for (std::size_t k = 0; k < send_to_.size(); ++k) {
+      sends_[sent_chunks_ * send_to_.size() + k] =
+          transport_.send(send_to_[k], tag, std::as_bytes(mine_.subspan(b, e - b)));
     }
   }
-  active_ = true;
 }
 
 void NeighbourExchange::finish(const OnChunk& on_chunk) {
   if (!active_) fail(Code::internal, "neighbour exchange: finish() without start()");
+  ready(count_);  // whatever the caller did not hand over yet
   active_ = false;  // a failure below poisons the transport; nothing is left to finish
   const std::size_t n = recv_from_.size();
   std::vector<std::span<const float>> pieces(n);

@@ -29,11 +29,15 @@ class NeighbourExchange {
                     std::size_t window_chunks = 8);
 
   // Posts the receives of the first window_chunks chunks from each peer in recv_from, then the
-  // sends of `mine` to each peer in send_to. `round` names this exchange: the same on both
-  // sides of every pair, unique among the exchanges in flight. `mine` must stay alive and
-  // unchanged until finish() returns. One exchange at a time.
+  // sends of `mine`'s first `ready` values (all of them by default, in whole chunks) to each peer
+  // in send_to. `round` names this exchange: the same on both sides of every pair, unique among
+  // the exchanges in flight. `mine` must stay alive, and unchanged once ready, until finish()
+  // returns. One exchange at a time.
   void start(uint64_t round, std::span<const float> mine, std::span<const int> send_to,
-             std::span<const int> recv_from);
+             std::span<const int> recv_from, std::size_t ready = static_cast<std::size_t>(-1));
+  // `mine`'s first `ready` values are in place (a model arriving from a device in pieces): sends
+  // every chunk they complete that is not sent yet. finish() sends what is left.
+  void ready(std::size_t ready);
   // Waits chunk by chunk: once chunk [begin, end) (element offsets) has arrived from every
   // neighbour, calls on_chunk(begin, end, pieces), pieces[k] being recv_from[k]'s floats of the
   // chunk (valid during the call only); then waits for the sends. Throws the transport's error
@@ -42,6 +46,7 @@ class NeighbourExchange {
                                      std::span<const std::span<const float>> pieces)>;
   void finish(const OnChunk& on_chunk);
   bool active() const { return active_; }
+  std::size_t chunk_floats() const { return chunk_floats_; }
   // Floats held for receives: at most neighbours x window x chunk, whatever the model's size.
   std::size_t buffered_floats() const { return slots_.size(); }
 
@@ -61,6 +66,9 @@ class NeighbourExchange {
   std::vector<float> slots_;        // (window slot, neighbour, chunk_floats)
   std::vector<net::Handle> recvs_;  // (chunk, neighbour)
   std::vector<net::Handle> sends_;
+  std::span<const float> mine_;
+  std::vector<int> send_to_;
+  std::size_t sent_chunks_ = 0;  // chunks of mine_ whose sends are posted
 };
 
 // out = self_weight * mine + sum_k weights[k] * pieces[k] over [begin, end) (pieces[k] holds

@@ -22,15 +22,23 @@
 // feature (its key comes from the operating system and its stream from ChaCha20).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/model/mlp.h"
 
 namespace dpg::model {
+
+// The model's arrays that leave the device: the parameters (gossip's messages, the model
+// averages) and the released gradient (the all-reduce's message).
+enum class DeviceArray { params, gradient };
 
 // One step's privacy settings on the device (dp::MechanismOptions's, without the CPU-only modes).
 struct DeviceDpOptions {
@@ -92,10 +100,56 @@ class DeviceMlp {
   virtual void download_momentum(std::span<float> out) const = 0;
   virtual void restore_momentum(std::span<const float> velocity, bool started) = 0;
 
+  // --- Device-resident training: the parameters, momentum and gradient stay here between steps,
+  // and only what goes on the wire crosses to the host, through pinned staging buffers.
+
+  // Whether sgd_step() has set the momentum buffer (the first step sets it to the gradient).
+  virtual bool momentum_started() const = 0;
+  // The array's device address (for NCCL, which reads and writes device memory); in the host
+  // instance, host memory. Valid for the model's life.
+  virtual float* device_data(DeviceArray which) = 0;
+  // Copies the ranges (offset, count) of `which` to the host, in order, through a few pinned
+  // staging buffers: while ready(offset, values) takes one range (values are valid during the
+  // call only), the copies of the next ones run on the copy engine. So a caller that sends each
+  // range as it comes overlaps the copies with the network.
+  using ReadyRange = std::function<void(std::size_t offset, std::span<const float> values)>;
+  virtual void stream_out(DeviceArray which,
+                          std::span<const std::pair<std::size_t, std::size_t>> ranges,
+                          const ReadyRange& ready) = 0;
+  // Copies `values` into `which` from `offset` on, through the pinned staging buffers in chunks
+  // (the host fills one while the previous one crosses); returns when all of it is there.
+  virtual void stream_in(DeviceArray which, std::size_t offset, std::span<const float> values) = 0;
+  // `count` device buffers of num_params() floats each, for the neighbours' models of a gossip
+  // round (NCCL receives into them); grown on demand and kept, valid until the next call.
+  virtual std::vector<float*> neighbour_buffers(std::size_t count) = 0;
+  // params = self_weight * params + sum_k weights[k] * neighbour_buffers()[k], the neighbours in
+  // order: collective::mix_range's arithmetic, so the host instance gives its bits.
+  virtual void mix_params(float self_weight, std::span<const float> weights) = 0;
+
   // Loss sum and correct predictions over (rows, inputs) host features, in device-sized chunks.
   virtual Mlp::Evaluation evaluate(std::span<const float> x,
                                    std::span<const std::int32_t> labels) = 0;
 };
+
+// [0, count) in ranges of at most `chunk` values (one empty range when count is 0), for
+// DeviceMlp::stream_out.
+inline std::vector<std::pair<std::size_t, std::size_t>> chunk_ranges(std::size_t count,
+                                                                     std::size_t chunk) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  chunk = chunk == 0 ? 1 : chunk;
+  for (std::size_t b = 0; b < count; b += chunk) out.emplace_back(b, std::min(chunk, count - b));
+  if (out.empty()) out.emplace_back(0, 0);
+  return out;
+}
+
+// The whole of `which` into `out` (num_params() values), through the staging buffers.
+inline void stream_out_all(DeviceMlp& device, DeviceArray which, std::span<float> out) {
+  constexpr std::size_t kChunk = 256 * 1024;
+  device.stream_out(which, chunk_ranges(out.size(), kChunk),
+                    [&](std::size_t offset, std::span<const float> v) {
+                      std::copy(v.begin(), v.end(), out.begin() + static_cast<long>(offset));
+                    });
+}
 
 // The Philox key of step t's noise on peer `rank` under `seed`: SplitMix64's finaliser over the
 // three, in a domain of its own. cuRAND's Philox4x32-10 seeded with it, at offset 0, gives the

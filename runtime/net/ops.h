@@ -19,7 +19,9 @@ inline constexpr uint32_t kOpGossip = 4;     // a model to a neighbour (collecti
 inline constexpr uint32_t kOpPsPush = 5;     // a worker's gradient shard to a server (train/ps.h)
 inline constexpr uint32_t kOpPsPull = 6;     // a server's updated shard back to a worker
 inline constexpr uint32_t kOpAdPsgd = 7;     // an ad-psgd request or reply (train/algo_ad_psgd.cc)
+// A device buffer to a peer (collective/device_collectives.h's HostMemoryCollectives::exchange).
+inline constexpr uint32_t kOpDeviceExchange = 8;
 
-static_assert(kOpAdPsgd < kOpsPerSpace, "every id of space 0 stays below kOpsPerSpace");
+static_assert(kOpDeviceExchange < kOpsPerSpace, "every id of space 0 stays below kOpsPerSpace");
 
 }  // namespace dpg::net

@@ -13,16 +13,28 @@ namespace {
 
 class Single final : public Algorithm {
  public:
+  explicit Single(const AlgoSetup& s) : device_(s.device) {}
+
   void apply(long long, const dp::PrivateGradient& mine, std::span<float> params,
              Sgd& sgd) override {
     sgd.apply(params, mine);
   }
+
+  bool updates_on_device() const override { return device_ != nullptr; }
+  void apply_on_device(long long, const dp::PrivateGradient*,
+                       const model::DeviceSgdOptions& sgd) override {
+    device_->sgd_step(sgd);
+  }
+
+ private:
+  model::DeviceMlp* device_;
 };
 
 class AllReduce final : public Algorithm {
  public:
   explicit AllReduce(const AlgoSetup& s)
-      : comm_(*s.comm), mechanism_(s.mechanism), hierarchy_(make_hierarchy(s)) {
+      : comm_(*s.comm), mechanism_(s.mechanism), hierarchy_(make_hierarchy(s)),
+        device_(s.device), direct_(s.direct) {
     if (s.config.bucket_bytes > 0) {
       buckets_.emplace(*s.comm, s.mechanism, static_cast<std::size_t>(s.config.bucket_bytes),
                        s.tracer);
@@ -41,8 +53,6 @@ class AllReduce final : public Algorithm {
 
   void apply(long long t, const dp::PrivateGradient& mine, std::span<float> params,
              Sgd& sgd) override {
-    // The sum over the peers of their noised gradients, identical on every replica. With
-    // buckets, the parts were summed in place as they came; what is left is to wait for them.
     if (masker_) {
       // Every peer's noised grid values under its masks, summed modulo 2^32: the masks cancel.
       sgd.apply(params, mechanism_.aggregate(mine, [&](std::span<std::uint32_t> v) {
@@ -51,16 +61,22 @@ class AllReduce final : public Algorithm {
       }));
       return;
     }
-    const dp::PrivateGradient sum = mechanism_.exchange(mine, [&](std::span<float> v) {
-      if (buckets_) {
-        buckets_->wait();
-      } else if (hierarchy_) {
-        hierarchy_->allreduce(v);
-      } else {
-        comm_.allreduce(v);
-      }
-    });
-    sgd.apply(params, sum);
+    sgd.apply(params, sum_over_peers(mine));
+  }
+
+  // On the device: the gradient is summed there by the direct collectives (it never leaves the
+  // GPU), or its host copy over the transport as above, and the sum goes back for the step.
+  bool updates_on_device() const override { return device_ != nullptr && !masker_; }
+  bool needs_host_gradient() const override { return direct_ == nullptr; }
+  void apply_on_device(long long, const dp::PrivateGradient* mine,
+                       const model::DeviceSgdOptions& sgd) override {
+    if (direct_ != nullptr) {
+      direct_->allreduce(device_->device_data(model::DeviceArray::gradient),
+                         device_->num_params());
+    } else {
+      device_->stream_in(model::DeviceArray::gradient, 0, sum_over_peers(*mine).values());
+    }
+    device_->sgd_step(sgd);
   }
 
   void annotate(Json& line, long long, bool summary) const override {
@@ -78,12 +94,28 @@ class AllReduce final : public Algorithm {
   }
 
  private:
+  // The sum over the peers of their noised gradients, identical on every replica. With buckets,
+  // the parts were summed in place as they came; what is left is to wait for them.
+  dp::PrivateGradient sum_over_peers(const dp::PrivateGradient& mine) {
+    return mechanism_.exchange(mine, [&](std::span<float> v) {
+      if (buckets_) {
+        buckets_->wait();
+      } else if (hierarchy_) {
+        hierarchy_->allreduce(v);
+      } else {
+        comm_.allreduce(v);
+      }
+    });
+  }
+
   collective::Communicator& comm_;
   dp::GaussianMechanism& mechanism_;
   std::optional<collective::Hierarchy> hierarchy_;  // hierarchical
   std::optional<BucketReducer> buckets_;  // bucket_bytes > 0
   long long buckets_before_ = 0;          // reduced before the checkpoint this run resumed
   std::optional<dp::PairwiseMasker> masker_;  // secure_aggregation
+  model::DeviceMlp* device_;                  // --device cuda
+  collective::DeviceCollectives* direct_;     // --transport nccl
 };
 
 }  // namespace
@@ -104,7 +136,7 @@ dp::PairwiseMasker agree_masks(collective::Communicator& comm, std::uint64_t con
   return dp::PairwiseMasker(comm.rank(), std::move(keys));
 }
 
-std::unique_ptr<Algorithm> make_single(const AlgoSetup&) { return std::make_unique<Single>(); }
+std::unique_ptr<Algorithm> make_single(const AlgoSetup& s) { return std::make_unique<Single>(s); }
 
 std::unique_ptr<Algorithm> make_allreduce(const AlgoSetup& s) {
   return std::make_unique<AllReduce>(s);

@@ -34,7 +34,9 @@ class GossipAlgorithm final : public Algorithm {
         sigma_(s.plan.message_sigma),
         delta_(s.plan.delta),
         accountant_(s.plan.accountant),
-        pairwise_why_not_(pairwise_not_covered(s)) {
+        pairwise_why_not_(pairwise_not_covered(s)),
+        device_(s.device),
+        direct_(s.direct) {
     for (const auto& p : gossip_.schedule().phases()) {
       DPG_INFO("train: gossip on " << p.label << " from round " << p.start_round << ": rho "
                                    << p.spectrum.rho << ", spectral gap "
@@ -59,6 +61,46 @@ class GossipAlgorithm final : public Algorithm {
              Sgd& sgd) override {
     gossip_.end(params);
     sgd.apply(params, mine);
+  }
+
+  // On the device. Over the transport, the pre-step model comes out through the staging buffers
+  // and each chunk goes to the neighbours as it lands, while the gradient is computed; the
+  // neighbours' models are mixed in on the host as they arrive, and the mixed model goes back.
+  // With the direct collectives (NCCL), the models go from GPU to GPU (ncclSend/ncclRecv in one
+  // group) into the device's neighbour buffers, and are mixed there.
+  bool updates_on_device() const override { return device_ != nullptr; }
+  void before_gradient_on_device(long long t) override {
+    if (direct_ != nullptr) return;
+    host_.resize(device_->num_params());
+    gossip_.begin(t, host_, 0);
+    device_->stream_out(model::DeviceArray::params,
+                        model::chunk_ranges(host_.size(), gossip_.chunk_values()),
+                        [&](std::size_t offset, std::span<const float> v) {
+                          std::copy(v.begin(), v.end(), host_.begin() + static_cast<long>(offset));
+                          gossip_.ready(offset + v.size());
+                        });
+  }
+  void apply_on_device(long long t, const dp::PrivateGradient*,
+                       const model::DeviceSgdOptions& sgd) override {
+    if (direct_ != nullptr) {
+      const auto nb = gossip_.schedule().at(t).neighbourhood(comm_.rank());
+      const std::size_t n = device_->num_params();
+      const std::vector<float*> in = device_->neighbour_buffers(nb.recv_from.size());
+      std::vector<collective::DeviceSend> sends;
+      std::vector<collective::DeviceRecv> recvs;
+      const float* params = device_->device_data(model::DeviceArray::params);
+      for (const int p : nb.send_to) sends.push_back({p, params, n});
+      for (std::size_t k = 0; k < nb.recv_from.size(); ++k) {
+        recvs.push_back({nb.recv_from[k], in[k], n});
+      }
+      direct_->exchange(sends, recvs);
+      const std::vector<float> weights(nb.recv_weights.begin(), nb.recv_weights.end());
+      device_->mix_params(static_cast<float>(nb.self_weight), weights);
+    } else {
+      gossip_.end(host_);
+      device_->stream_in(model::DeviceArray::params, 0, host_);
+    }
+    device_->sgd_step(sgd);
   }
 
   void release(std::span<const float> mine, std::span<float> out) override {
@@ -113,6 +155,9 @@ class GossipAlgorithm final : public Algorithm {
   std::vector<int> distance_;
   std::vector<double> sigma_eff_;
   double worst_hidden_sigma_ = kNone;  // the least sigma_eff over pairs at distance >= 2
+  model::DeviceMlp* device_;                // --device cuda
+  collective::DeviceCollectives* direct_;   // --transport nccl
+  std::vector<float> host_;                 // the model staged for the neighbours
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 // average is taken within each host first (collective/hierarchical.h), most bytes over shared
 // memory.
 #include <optional>
+#include <vector>
 
 #include "runtime/train/algorithms.h"
 
@@ -21,18 +22,23 @@ class LocalSgd final : public Algorithm {
  public:
   explicit LocalSgd(const AlgoSetup& s)
       : comm_(*s.comm), every_(s.config.local_steps), last_(s.plan.steps - 1),
-        hierarchy_(make_hierarchy(s)) {}
+        hierarchy_(make_hierarchy(s)), device_(s.device), direct_(s.direct) {}
 
   void apply(long long t, const dp::PrivateGradient& mine, std::span<float> params,
              Sgd& sgd) override {
     sgd.apply(params, mine);
-    if ((t + 1) % every_ == 0 || t == last_) {
-      if (hierarchy_) {
-        hierarchy_->allreduce(params, collective::Reduce::average);
-      } else {
-        comm_.allreduce(params, collective::Reduce::average);
-      }
-    }
+    if (averages_after(t)) average(params);
+  }
+
+  // On the device: the local steps there, and the average of the parameters by the direct
+  // collectives or through the host over the transport.
+  bool updates_on_device() const override { return device_ != nullptr; }
+  void apply_on_device(long long t, const dp::PrivateGradient*,
+                       const model::DeviceSgdOptions& sgd) override {
+    device_->sgd_step(sgd);
+    if (!averages_after(t)) return;
+    reduce_on_device(*device_, model::DeviceArray::params, direct_, collective::Reduce::average,
+                     host_, [&](std::span<float> v) { average(v); });
   }
 
   void release(std::span<const float> mine, std::span<float> out) override {
@@ -43,10 +49,22 @@ class LocalSgd final : public Algorithm {
   void annotate(Json& line, long long, bool) const override { line["local_steps"] = every_; }
 
  private:
+  bool averages_after(long long t) const { return (t + 1) % every_ == 0 || t == last_; }
+  void average(std::span<float> params) {
+    if (hierarchy_) {
+      hierarchy_->allreduce(params, collective::Reduce::average);
+    } else {
+      comm_.allreduce(params, collective::Reduce::average);
+    }
+  }
+
   collective::Communicator& comm_;
   long long every_;  // H
   long long last_;   // the run's last step, always followed by an average
   std::optional<collective::Hierarchy> hierarchy_;  // hierarchical: average within hosts first
+  model::DeviceMlp* device_;                         // --device cuda
+  collective::DeviceCollectives* direct_;            // --transport nccl
+  std::vector<float> host_;                          // the parameters staged for the average
 };
 
 }  // namespace

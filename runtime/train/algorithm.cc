@@ -51,6 +51,11 @@ const AlgoInfo kAlgorithms[] = {
 
 }  // namespace
 
+void Algorithm::apply_on_device(long long, const dp::PrivateGradient*,
+                                const model::DeviceSgdOptions&) {
+  fail(Code::internal, "apply_on_device: the algorithm does not update on the device");
+}
+
 void Algorithm::release(std::span<const float> mine, std::span<float> out) {
   std::copy(mine.begin(), mine.end(), out.begin());
 }
@@ -59,6 +64,20 @@ void Algorithm::mean_over_peers(collective::Communicator& comm, std::span<const 
                                 std::span<float> out) {
   std::copy(mine.begin(), mine.end(), out.begin());
   comm.allreduce(out, collective::Reduce::average);
+}
+
+void Algorithm::reduce_on_device(model::DeviceMlp& device, model::DeviceArray which,
+                                 collective::DeviceCollectives* direct, collective::Reduce op,
+                                 std::vector<float>& host,
+                                 const std::function<void(std::span<float>)>& reduce) {
+  if (direct != nullptr) {
+    direct->allreduce(device.device_data(which), device.num_params(), op);
+    return;
+  }
+  host.resize(device.num_params());
+  model::stream_out_all(device, which, host);
+  reduce(host);
+  device.stream_in(which, 0, host);
 }
 
 std::optional<collective::Hierarchy> make_hierarchy(const AlgoSetup& s) {

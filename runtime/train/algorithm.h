@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -32,10 +33,12 @@
 #include "dp/privacy_plan.h"
 #include "dp/secagg.h"
 #include "runtime/collective/communicator.h"
+#include "runtime/collective/device_collectives.h"
 #include "runtime/collective/hierarchical.h"
 #include "runtime/core/json_io.h"
 #include "runtime/core/trace.h"
 #include "runtime/core/train_config.h"
+#include "runtime/model/device_mlp.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/gossip.h"
 #include "runtime/train/optimizer.h"
@@ -58,6 +61,10 @@ struct AlgoSetup {
   // host_of[r]: rank r's host (equal ids: one host), for the hierarchical all-reduce; empty when
   // unknown (every rank on a host of its own).
   const std::vector<int>& host_of;
+  // With --device cuda: the peer's device model (null on the CPU), and with --transport nccl the
+  // collectives on its memory (null: messages go over the transport, staged through the host).
+  model::DeviceMlp* device = nullptr;
+  collective::DeviceCollectives* direct = nullptr;
 };
 
 class Algorithm {
@@ -78,6 +85,26 @@ class Algorithm {
   // Exchanges this peer's released gradient (or model) and updates `params`.
   virtual void apply(long long t, const dp::PrivateGradient& mine, std::span<float> params,
                      Sgd& sgd) = 0;
+
+  // --- Device-resident training (--device cuda). An algorithm whose updates_on_device() is true
+  // keeps the parameters, the momentum and the gradient on the setup's device model: the trainer
+  // calls before_gradient_on_device() and apply_on_device() in place of before_gradient() and
+  // apply(), and brings the model to the host only to evaluate, report or checkpoint it (before
+  // release(), finish(), save()). What goes on the wire leaves the device through its staging
+  // buffers, or not at all with `direct` collectives. The other algorithms update the host model,
+  // which goes to the device before each step.
+  virtual bool updates_on_device() const { return false; }
+  // Whether apply_on_device() needs the step's released gradient on the host (it goes on the
+  // wire over the transport). The trainer then copies it over piece by piece, handing each piece
+  // to on_gradient_part() as it lands when streams_gradient().
+  virtual bool needs_host_gradient() const { return false; }
+  // Before the step's gradient is computed at the device's parameters (unchanged until
+  // apply_on_device()).
+  virtual void before_gradient_on_device(long long /*t*/) {}
+  // Exchanges and updates the device model with the step's released gradient (on the device;
+  // `mine` is its host copy when needs_host_gradient(), else null) and the step's SGD settings.
+  virtual void apply_on_device(long long t, const dp::PrivateGradient* mine,
+                               const model::DeviceSgdOptions& sgd);
 
   // After the last step (a last synchronisation, stopping servers). Every peer calls it, also
   // when the run stops early at a step boundary (after that boundary's checkpoint).
@@ -115,6 +142,13 @@ class Algorithm {
   // The mean over every peer of `mine`, into `out`.
   static void mean_over_peers(collective::Communicator& comm, std::span<const float> mine,
                               std::span<float> out);
+  // The device model's array `which` reduced over every peer in place: by `direct` on the
+  // device's memory, or else copied out through the staging buffers into `host`, reduced there
+  // by `reduce` (an all-reduce over the transport) and copied back.
+  static void reduce_on_device(model::DeviceMlp& device, model::DeviceArray which,
+                               collective::DeviceCollectives* direct, collective::Reduce op,
+                               std::vector<float>& host,
+                               const std::function<void(std::span<float>)>& reduce);
 };
 
 // The hierarchy of a run with `hierarchical` set (host_of from the setup, else a host per rank),

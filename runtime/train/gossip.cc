@@ -31,12 +31,12 @@ Gossip::Gossip(net::Transport& transport, topology::Schedule schedule, std::size
   }
 }
 
-void Gossip::begin(long long round, std::span<const float> params) {
+void Gossip::begin(long long round, std::span<const float> params, std::size_t ready) {
   const auto nb = schedule_.at(round).neighbourhood(rank_);
   self_weight_ = static_cast<float>(nb.self_weight);
   weights_.assign(nb.recv_weights.begin(), nb.recv_weights.end());
   mine_ = params;
-  exchange_.start(static_cast<uint64_t>(round), params, nb.send_to, nb.recv_from);
+  exchange_.start(static_cast<uint64_t>(round), params, nb.send_to, nb.recv_from, ready);
 }
 
 void Gossip::end(std::span<float> params) {

@@ -33,8 +33,14 @@ class Gossip {
          std::size_t chunk_bytes = 256 * 1024);
 
   // Starts round `round`: this peer's model goes to the round's out-neighbours while theirs come
-  // in. `params` must stay unchanged until end().
-  void begin(long long round, std::span<const float> params);
+  // in. `params` must stay unchanged until end(). With `ready` below params.size(), only the
+  // chunks of its first `ready` values go now; ready() sends the rest as it comes (a model
+  // staged from a device), end() whatever is left.
+  void begin(long long round, std::span<const float> params,
+             std::size_t ready = static_cast<std::size_t>(-1));
+  void ready(std::size_t ready) { exchange_.ready(ready); }
+  // The values a message carries: what ready() should hand over at a time.
+  std::size_t chunk_values() const { return exchange_.chunk_floats(); }
   // Waits for the neighbours' models and mixes them in chunk by chunk as they arrive.
   void end(std::span<float> params);
 

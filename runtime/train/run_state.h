@@ -15,6 +15,7 @@
 #include "dp/privacy_plan.h"
 #include "runtime/core/train_config.h"
 #include "runtime/data/dataset.h"
+#include "runtime/collective/device_collectives.h"
 #include "runtime/model/device_mlp.h"
 #include "runtime/model/mlp.h"
 #include "runtime/train/algorithm.h"
@@ -56,9 +57,16 @@ struct RunState {
   std::optional<ConsensusReport> last_consensus;  // the latest K-step report
   std::optional<Evaluator> evaluator;
   // With --device cuda: the model on the GPU, the training rows resident there, and the step's
-  // row indices for it. The host model stays the algorithm's and is uploaded before each step.
+  // row indices for it. With `resident` (the algorithm updates on the device) the parameters and
+  // momentum live there, and `model` and `sgd` are their copies, current only when
+  // host_current says so (Trainer::pull_model); otherwise the host model is the algorithm's and
+  // goes to the device before each step.
   std::unique_ptr<model::DeviceMlp> device;
   std::vector<std::uint32_t> device_rows;
+  bool resident = false;
+  bool host_current = true;
+  // With --transport nccl: collectives on the device's memory.
+  std::unique_ptr<collective::DeviceCollectives> direct;
   std::chrono::steady_clock::time_point start;
 };
 

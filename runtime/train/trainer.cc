@@ -62,10 +62,12 @@ Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicat
       fail(Code::invalid_argument, "/transport: nccl reduces on the GPU of device cuda or cuda:N, "
                                    "not on device " + config_.device);
     }
-    if (config_.algo != Algo::allreduce && config_.algo != Algo::local_sgd) {
+    if (config_.algo != Algo::allreduce && config_.algo != Algo::local_sgd &&
+        config_.algo != Algo::gossip) {
       fail(Code::invalid_argument,
-           "/transport: nccl carries the float all-reduces of allreduce and local-sgd, not " +
-               to_string(config_.algo) + "'s messages (use auto, tcp or shm)");
+           "/transport: nccl carries the all-reduces of allreduce and local-sgd and gossip's "
+           "neighbour exchange, not " + to_string(config_.algo) +
+               "'s messages (use auto, tcp or shm)");
     }
     if (config_.bucket_bytes > 0 || config_.hierarchical) {
       fail(Code::invalid_argument, std::string("/transport: nccl reduces the whole gradient at "
@@ -180,15 +182,16 @@ dp::PrivateGradient Trainer::cpu_gradient(RunState& s, long long t, StepStats& s
                           s.algorithm->gradient_part_values(), tracer_, before_noise);
 }
 
-dp::PrivateGradient Trainer::device_gradient(RunState& s, long long t, StepStats& stats) const {
+std::optional<dp::PrivateGradient> Trainer::device_gradient(RunState& s, long long t,
+                                                            StepStats& stats) const {
   trace::Span sample(tracer_, "sample", "compute");
   const auto& batch = s.poisson ? s.poisson->next() : s.shuffle->next();
   s.device_rows.assign(batch.begin(), batch.end());
   sample.end();
-  // The host model is the algorithm's (it may have mixed, averaged or restored it); the device
-  // computes at it.
   trace::Span pass(tracer_, "device_gradient", "compute");
-  s.device->upload_params(s.model.params());
+  // Off the device-resident path the host model is the algorithm's (it may have mixed,
+  // averaged or restored it), and the device computes at it.
+  if (!s.resident) s.device->upload_params(s.model.params());
   const dp::MechanismOptions& o = s.mechanism.options();
   const model::DeviceStepStats d = s.device->gradient(
       s.device_rows, t,
@@ -197,32 +200,87 @@ dp::PrivateGradient Trainer::device_gradient(RunState& s, long long t, StepStats
        .rank = static_cast<std::uint64_t>(rank())});
   stats = {.batch = d.batch, .loss_sum = d.loss_sum, .correct = d.correct, .dropped = d.dropped,
            .clipped = d.clipped};
-  dp::PrivateGradient mine = s.mechanism.release_from_device(
-      [&](std::span<float> out) { s.device->download_gradient(out); });
   pass.end();
-  if (s.algorithm->streams_gradient()) {
-    // In the CPU's pieces, so that every peer forms the same buckets whatever its device.
+  if (s.resident && !s.algorithm->needs_host_gradient()) return std::nullopt;
+  // To the host through the staging buffers. An algorithm that streams its gradient gets it in
+  // the CPU's pieces, each as it lands, so that every peer forms the same buckets whatever its
+  // device and the first buckets go out while the rest crosses.
+  trace::Span copy(tracer_, "gradient_to_host", "comm");
+  const bool streams = s.algorithm->streams_gradient();
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  if (streams) {
     for (const ReleasePiece& p : release_pieces(s.model, s.algorithm->gradient_part_values())) {
-      s.algorithm->on_gradient_part(
-          t, mine.part(p.range.first, p.range.second - p.range.first), p.range.first);
+      ranges.emplace_back(p.range.first, p.range.second - p.range.first);
     }
+  } else {
+    ranges = model::chunk_ranges(s.model.num_params(), 256 * 1024);
   }
-  return mine;
+  dp::GaussianMechanism::PartSink on_part;
+  if (streams) {
+    on_part = [&](const dp::PrivateGradient& part, std::size_t offset) {
+      s.algorithm->on_gradient_part(t, part, offset);
+    };
+  }
+  return s.mechanism.release_from_device(
+      [&](std::span<float> out, const dp::GaussianMechanism::Arrived& arrived) {
+        s.device->stream_out(model::DeviceArray::gradient, ranges,
+                             [&](std::size_t offset, std::span<const float> v) {
+                               std::copy(v.begin(), v.end(),
+                                         out.begin() + static_cast<long>(offset));
+                               arrived(offset, v.size());
+                             });
+      },
+      on_part);
+}
+
+void Trainer::pull_model(RunState& s, bool momentum) const {
+  if (!s.resident) return;
+  if (!s.host_current) {
+    model::stream_out_all(*s.device, model::DeviceArray::params, s.model.params());
+    s.host_current = true;
+  }
+  if (momentum) {
+    std::vector<float> v(s.model.num_params());
+    s.device->download_momentum(v);
+    s.sgd.restore(v, s.device->momentum_started());
+  }
+}
+
+void Trainer::push_model(RunState& s) const {
+  s.device->stream_in(model::DeviceArray::params, 0, s.model.params());
+  s.device->restore_momentum(s.sgd.momentum_buffer(), s.sgd.started());
+  s.host_current = true;
 }
 
 void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& summary) const {
   const TrainConfig& c = config_;
   if (tracer_) tracer_->set_step(t);
-  s.algorithm->before_gradient(t, s.model.params());
   StepStats stats;
-  const dp::PrivateGradient mine = s.device ? device_gradient(s, t, stats) : cpu_gradient(s, t, stats);
-  // Exchange and update.
-  trace::Span update(tracer_, "update", "compute");
   s.lr = scheduled_lr(c, t, plan_.steps);
   s.sgd.set_lr(s.lr);
-  s.algorithm->apply(t, mine, s.model.params(), s.sgd);
-  if (s.ema) s.ema->update(s.model.params());
-  update.end();
+  if (s.resident) {
+    s.algorithm->before_gradient_on_device(t);
+    const std::optional<dp::PrivateGradient> mine = device_gradient(s, t, stats);
+    // Exchange and update, on the device.
+    trace::Span update(tracer_, "update", "compute");
+    const SgdOptions& o = s.sgd.options();
+    s.algorithm->apply_on_device(t, mine ? &*mine : nullptr,
+                                 {.lr = o.lr, .momentum = o.momentum,
+                                  .weight_decay = o.weight_decay, .nesterov = o.nesterov});
+    s.host_current = false;
+    if (s.ema) {  // the average is kept on the host: the model comes over every step
+      pull_model(s, false);
+      s.ema->update(s.model.params());
+    }
+  } else {
+    s.algorithm->before_gradient(t, s.model.params());
+    const dp::PrivateGradient mine = s.device ? *device_gradient(s, t, stats)
+                                              : cpu_gradient(s, t, stats);
+    // Exchange and update.
+    trace::Span update(tracer_, "update", "compute");
+    s.algorithm->apply(t, mine, s.model.params(), s.sgd);
+    if (s.ema) s.ema->update(s.model.params());
+  }
   // Account.
   plan_.charge(s.accountant, s.message_accountant);
 
@@ -250,6 +308,7 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
 
 ConsensusReport Trainer::consensus(RunState& s, long long round, bool eval) const {
   trace::Span span(tracer_, "consensus", "eval");
+  pull_model(s, false);
   ConsensusReport r;
   r.round = round;
   r.epoch = static_cast<double>(round) * plan_.q;
@@ -282,6 +341,7 @@ Trainer::Spent Trainer::spent(const RunState& s, long long t) const {
 EpochReport Trainer::evaluate_epoch(RunState& s, int epoch, long long t,
                                     const EpochTotals& totals) const {
   trace::Span span(tracer_, "eval", "eval");
+  pull_model(s, false);
   const std::span<const float> mine =
       s.ema ? s.ema->values() : std::span<const float>(s.model.params());
   s.algorithm->release(mine, s.released.params());
@@ -352,9 +412,14 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     DPG_INFO("train: rank " << rank() << " computes on " << s.device->device_name());
     if (comm_ && c.transport == TransportMode::nccl) {
       // Collective: every peer sets up NCCL here, on the GPU it computes on.
-      comm_->route_float_allreduce(collective::nccl_float_allreduce(
-          *comm_, d.index >= 0 ? d.index : rank() % std::max(1, model::cuda_device_count(nullptr))));
-      DPG_INFO("train: rank " << rank() << ": float all-reduces through NCCL");
+      s.direct = direct_factory_
+                     ? direct_factory_(*comm_)
+                     : collective::make_nccl_collectives(
+                           *comm_, d.index >= 0 ? d.index
+                                                : rank() % std::max(1, model::cuda_device_count(nullptr)));
+      if (auto route = s.direct->host_route()) comm_->route_float_allreduce(std::move(route));
+      DPG_INFO("train: rank " << rank() << ": " << to_string(c.algo)
+                              << "'s messages and the float all-reduces through NCCL");
     }
   }
   s.evaluator.emplace(eval_data(), comm_);
@@ -372,12 +437,19 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
                                 .phases = phases_,
                                 .steps_per_epoch = 1.0 / plan_.q,
                                 .tracer = tracer_,
-                                .host_of = host_of_});
+                                .host_of = host_of_,
+                                .device = s.device.get(),
+                                .direct = s.direct.get()});
+  s.resident = s.device != nullptr && s.algorithm->updates_on_device();
   log_start();
   TrainSummary summary;
   summary.peers = world();
   summary.steps = plan_.steps;
   Progress p = start_checkpoints(s, summary);
+  if (s.resident) {
+    push_model(s);  // the broadcast's or the checkpoint's model and momentum
+    DPG_INFO("train: rank " << rank() << ": the model and its updates stay on the device");
+  }
   const bool differ = s.algorithm->replicas_differ() && comm_ != nullptr;
   const int epochs = static_cast<int>(std::ceil(c.epochs - 1e-9));
   s.start = Clock::now() - std::chrono::duration_cast<Clock::duration>(
@@ -407,6 +479,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
       p.wall_seconds = seconds_since(s.start);
       if (at_boundary(s, p, p.step == epoch_end(epoch - 1))) {
         summary.stopped_at = p.step;
+        pull_model(s, false);
         s.algorithm->finish(s.model.params());
         break;
       }
@@ -421,7 +494,10 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
       report_consensus(p.step + 1);
     }
     if (summary.stopped_at >= 0) break;
-    if (p.step == plan_.steps) s.algorithm->finish(s.model.params());
+    if (p.step == plan_.steps) {
+      pull_model(s, false);
+      s.algorithm->finish(s.model.params());
+    }
     p.train_seconds = train_before + seconds_since(epoch_start) - metrics_seconds;
     metrics_seconds = 0;
     // Training loss and accuracy come from this peer's private batches and stay here (they are
@@ -446,6 +522,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     p.epoch_skipped_before = p.skipped;
   }
   const long long taken = p.step + summary.replay_charged_steps;
+  pull_model(s, true);  // the model and optimiser params() and the caller see
   if (summary.stopped_at < 0) {
     s.algorithm->release(s.model.params(), s.released.params());
     summary.test_accuracy_last_iterate = accuracy_of(s.evaluator->shared(s.released, s.eval_ws));

@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <span>
 #include <vector>
 
 #include "dp/privacy_plan.h"
 #include "runtime/collective/communicator.h"
+#include "runtime/collective/device_collectives.h"
 #include "runtime/core/trace.h"
 #include "runtime/core/train_config.h"
 #include "runtime/data/dataset.h"
@@ -65,6 +67,12 @@ class Trainer {
   using DeviceFactory = std::function<std::unique_ptr<model::DeviceMlp>(
       const model::MlpSpec& spec, std::span<const float> params)>;
   void set_device_factory(DeviceFactory f) { device_factory_ = std::move(f); }
+  // With transport nccl: makes the collectives on the device's memory instead of NCCL (tests
+  // pair the host instance with collective::HostMemoryCollectives). Collective, like NCCL's
+  // set-up. Set before run().
+  using DirectFactory =
+      std::function<std::unique_ptr<collective::DeviceCollectives>(collective::Communicator&)>;
+  void set_direct_factory(DirectFactory f) { direct_factory_ = std::move(f); }
   // A flag a signal handler sets (async-signal-safe: a lock-free atomic); read at each stop
   // check. Must outlive run().
   void set_stop_flag(const std::atomic<bool>* flag) { stop_flag_ = flag; }
@@ -93,7 +101,15 @@ class Trainer {
   // The step's released gradient (sample, forward, backward, clip, noise) on the CPU, or on the
   // GPU of --device cuda.
   dp::PrivateGradient cpu_gradient(RunState& s, long long t, StepStats& stats) const;
-  dp::PrivateGradient device_gradient(RunState& s, long long t, StepStats& stats) const;
+  // On the device, the gradient comes to the host (through the staging buffers, in the CPU's
+  // pieces when the algorithm streams them) only when the algorithm needs it there: else nullopt.
+  std::optional<dp::PrivateGradient> device_gradient(RunState& s, long long t,
+                                                     StepStats& stats) const;
+  // Device-resident runs: the device's parameters (and with `momentum` its momentum buffer) into
+  // the host's model (and optimiser) when they are behind; and the host's state to the device
+  // (after the start's broadcast and a resume).
+  void pull_model(RunState& s, bool momentum) const;
+  void push_model(RunState& s) const;
   EpochReport evaluate_epoch(RunState& s, int epoch, long long t, const EpochTotals& totals) const;
   // The spread of the peers' models, and with `eval` the models on metrics_eval_rows test rows.
   ConsensusReport consensus(RunState& s, long long round, bool eval) const;
@@ -136,6 +152,7 @@ class Trainer {
   std::function<void(long long t, std::span<float> sum)> sum_hook_;
   const std::atomic<bool>* stop_flag_ = nullptr;
   DeviceFactory device_factory_;
+  DirectFactory direct_factory_;
   std::unique_ptr<CheckpointDir> checkpoints_;
   long long start_step_ = 0;       // where this run began (0, or the step it resumed from)
   long long reserved_floor_ = 0;   // steps an abandoned continuation reached that a replay repeats

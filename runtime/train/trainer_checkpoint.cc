@@ -183,6 +183,7 @@ bool Trainer::at_boundary(RunState& s, const Progress& p, bool epoch_start) {
 
 void Trainer::write_checkpoint(RunState& s, const Progress& p, bool stopping) {
   trace::Span span(tracer_, "checkpoint", "io");
+  pull_model(s, true);
   const RunIdentity id{config_, plan_, rank(), world(), data_.train.rows};
   Checkpoint ck = save_run_state(s, p, id);
   s.algorithm->save(p.step, ck);

@@ -522,10 +522,9 @@ void NcclCommunicator::exchange(std::span<const DeviceSend> sends,
   await(what, start);
 }
 
-Communicator::FloatAllreduce nccl_float_allreduce(Communicator& comm, int device,
-                                                  NcclOptions options) {
-  auto nccl = std::make_shared<NcclCommunicator>(comm, device, options);
-  return [nccl](std::span<float> data, Reduce op) { nccl->allreduce(data, op); };
+std::unique_ptr<DeviceCollectives> make_nccl_collectives(Communicator& comm, int device,
+                                                         NcclOptions options) {
+  return std::make_unique<NcclCommunicator>(comm, device, options);
 }
 
 }  // namespace dpg::collective

@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "runtime/collective/communicator.h"
+#include "runtime/collective/device_collectives.h"
 #include "runtime/core/error.h"
 
 namespace dpg::collective {
@@ -69,19 +70,7 @@ std::string gpu_uuid_text(const std::array<unsigned char, 16>& uuid);
 // reads it, so every rank gets the same one. Pure: tested without a GPU.
 std::optional<Error> check_gpus(std::span<const GpuRecord> records);
 
-// A buffer of `count` floats in GPU memory on this rank's device, sent to or received from `peer`.
-struct DeviceSend {
-  int peer = 0;
-  const float* data = nullptr;
-  std::size_t count = 0;
-};
-struct DeviceRecv {
-  int peer = 0;
-  float* data = nullptr;
-  std::size_t count = 0;
-};
-
-class NcclCommunicator {
+class NcclCommunicator final : public DeviceCollectives {
  public:
   // Collective over `bootstrap`: every rank calls it, each with its own `device` (a CUDA device
   // index on its host). Throws, on every rank alike, the error of check_gpus(); then any failure
@@ -100,14 +89,18 @@ class NcclCommunicator {
 
   // In place on device memory: data (count floats on device()) becomes the sum, or the average,
   // over every rank. Every rank calls it with the same count and op.
-  void allreduce(float* device_data, std::size_t count, Reduce op = Reduce::sum);
+  void allreduce(float* device_data, std::size_t count, Reduce op = Reduce::sum) override;
   // The same on host memory, staged through a device buffer the communicator keeps (grown on
   // demand).
   void allreduce(std::span<float> host, Reduce op = Reduce::sum);
   // Gossip's neighbour exchange, all at once: every send is matched by its peer's receive from
   // this rank with the same count, in the same order among the buffers between the two ranks; a
   // rank may send to and receive from itself. No buffer may overlap a receive buffer.
-  void exchange(std::span<const DeviceSend> sends, std::span<const DeviceRecv> recvs);
+  void exchange(std::span<const DeviceSend> sends, std::span<const DeviceRecv> recvs) override;
+  // The run's host float all-reduces go through NCCL too (staged, above).
+  Communicator::FloatAllreduce host_route() override {
+    return [this](std::span<float> data, Reduce op) { allreduce(data, op); };
+  }
 
   // Whether a failure has poisoned the communicator (every later call then throws it).
   bool failed() const { return failed_; }
@@ -137,10 +130,9 @@ class NcclCommunicator {
   std::string message_;  // the first failure, "rank R: ..."
 };
 
-// Every float all-reduce of `comm` through a new NcclCommunicator over it on `device` (collective,
-// like the constructor): the route for Communicator::route_float_allreduce, owning the NCCL
-// communicator. In a build without NCCL it throws unavailable saying so.
-Communicator::FloatAllreduce nccl_float_allreduce(Communicator& comm, int device,
-                                                  NcclOptions options = {});
+// A new NcclCommunicator over `comm` on `device` (collective, like the constructor). In a build
+// without NCCL it throws unavailable saying so.
+std::unique_ptr<DeviceCollectives> make_nccl_collectives(Communicator& comm, int device,
+                                                         NcclOptions options = {});
 
 }  // namespace dpg::collective

@@ -4,7 +4,8 @@
 
 namespace dpg::collective {
 
-Communicator::FloatAllreduce nccl_float_allreduce(Communicator& comm, int device, NcclOptions) {
+std::unique_ptr<DeviceCollectives> make_nccl_collectives(Communicator& comm, int device,
+                                                         NcclOptions) {
   fail(Code::unavailable, "rank " + std::to_string(comm.rank()) + ": --transport nccl (GPU " +
                               std::to_string(device) + "): this build of dpgossip has no NCCL "
                               "communicator (meson found no CUDA toolkit or NCCL; its summary "

@@ -149,6 +149,145 @@ class Buffer {
   size_t capacity_ = 0;
 };
 
+// Host memory the copy engine reads and writes directly (page-locked with CUDA; plain memory in
+// the host instance). resize() keeps nothing.
+class Pinned {
+ public:
+  Pinned() = default;
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+  ~Pinned() { release(); }
+  float* data() { return data_; }
+  void resize(size_t n) {
+    if (n <= capacity_) return;
+    release();
+#if defined(DPG_DEVICE_CUDA)
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, n * sizeof(float), cudaHostAllocDefault),
+          ("cudaHostAlloc of " + std::to_string(n * sizeof(float)) + " bytes").c_str());
+    data_ = static_cast<float*>(p);
+#else
+    data_ = new float[n];
+#endif
+    capacity_ = n;
+  }
+
+ private:
+  void release() {
+    if (data_ == nullptr) return;
+#if defined(DPG_DEVICE_CUDA)
+    cudaFreeHost(data_);
+#else
+    delete[] data_;
+#endif
+    data_ = nullptr;
+    capacity_ = 0;
+  }
+  float* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+// The staging of device-resident arrays to and from the host: kSlots pinned buffers in a ring, the
+// copies on a stream of their own, an event per slot marking when its copy is done. While the
+// caller takes slot i, the copies of slots i+1.. run on the copy engine.
+class Staging {
+ public:
+  static constexpr size_t kSlots = 4;
+  // stream_in's chunk: large enough that a copy's fixed cost (some microseconds) is small beside
+  // its transfer, small enough that four of them stay a few MB.
+  static constexpr size_t kChunk = 256 * 1024;
+
+  Staging() = default;
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  ~Staging() {
+#if defined(DPG_DEVICE_CUDA)
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    for (auto& e : events_) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+#endif
+  }
+
+  void out(const float* src, std::span<const std::pair<size_t, size_t>> ranges,
+           const DeviceMlp::ReadyRange& ready) {
+    size_t widest = 0;
+    for (const auto& r : ranges) widest = std::max(widest, r.second);
+    if (widest == 0) return;
+    drain();  // the slots may still be in use by an earlier copy that threw
+    buffer_.resize(kSlots * widest);
+    auto slot = [&](size_t i) { return buffer_.data() + (i % kSlots) * widest; };
+    auto issue = [&](size_t i) {
+      const auto [offset, count] = ranges[i];
+#if defined(DPG_DEVICE_CUDA)
+      check(cudaMemcpyAsync(slot(i), src + offset, count * sizeof(float), cudaMemcpyDeviceToHost,
+                            stream_),
+            "copy to the staging buffer");
+      check(cudaEventRecord(events_[i % kSlots], stream_), "cudaEventRecord");
+#else
+      std::memcpy(slot(i), src + offset, count * sizeof(float));
+#endif
+    };
+    for (size_t i = 0; i < std::min(kSlots, ranges.size()); ++i) issue(i);
+    for (size_t i = 0; i < ranges.size(); ++i) {
+#if defined(DPG_DEVICE_CUDA)
+      check(cudaEventSynchronize(events_[i % kSlots]), "a copy to the staging buffer");
+#endif
+      ready(ranges[i].first, std::span<const float>(slot(i), ranges[i].second));
+      if (i + kSlots < ranges.size()) issue(i + kSlots);
+    }
+  }
+
+  void in(float* dst, std::span<const float> values) {
+    if (values.empty()) return;
+    const size_t chunk = std::min(kChunk, values.size());
+    drain();
+    buffer_.resize(kSlots * chunk);
+    const size_t chunks = (values.size() + chunk - 1) / chunk;
+    for (size_t i = 0; i < chunks; ++i) {
+      float* slot = buffer_.data() + (i % kSlots) * chunk;
+      const size_t begin = i * chunk, count = std::min(chunk, values.size() - begin);
+#if defined(DPG_DEVICE_CUDA)
+      // The slot's previous copy must have left it before the host overwrites it.
+      if (i >= kSlots) check(cudaEventSynchronize(events_[i % kSlots]), "a copy from the staging buffer");
+#endif
+      std::memcpy(slot, values.data() + begin, count * sizeof(float));
+#if defined(DPG_DEVICE_CUDA)
+      check(cudaMemcpyAsync(dst + begin, slot, count * sizeof(float), cudaMemcpyHostToDevice,
+                            stream_),
+            "copy from the staging buffer");
+      check(cudaEventRecord(events_[i % kSlots], stream_), "cudaEventRecord");
+#else
+      std::memcpy(dst + begin, slot, count * sizeof(float));
+#endif
+    }
+    drain();
+  }
+
+ private:
+  // Waits for every copy queued on the staging stream, creating it on first use (on the device
+  // current then: the model's).
+  void drain() {
+#if defined(DPG_DEVICE_CUDA)
+    if (stream_ == nullptr) {
+      // A blocking stream: its copies wait for the work queued before them on the legacy stream
+      // (the step's kernels), so what is copied is what the step wrote.
+      check(cudaStreamCreate(&stream_), "cudaStreamCreate (staging copies)");
+      for (auto& e : events_) {
+        check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      }
+    }
+    check(cudaStreamSynchronize(stream_), "the staging copies");
+#endif
+  }
+  Pinned buffer_;
+#if defined(DPG_DEVICE_CUDA)
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t events_[kSlots] = {};
+#endif
+};
+
 // ---------------------------------------------------------------------------------------------
 // The element-wise and reduction work, one functor each (the same code on both backends).
 
@@ -300,6 +439,19 @@ struct Fill {
   float* x;
   float value;
   DPG_HD void operator()(size_t k) const { x[k] = value; }
+};
+
+struct Mix {  // collective::mix_range's order: the own value, then each neighbour's in turn
+  float* p;
+  const float* const* in;
+  const float* w;
+  size_t count;
+  float self;
+  DPG_HD void operator()(size_t i) const {
+    float v = self * p[i];
+    for (size_t k = 0; k < count; ++k) v += w[k] * in[k][i];
+    p[i] = v;
+  }
 };
 
 // One step's counters, reduced on the device in one pass.
@@ -521,6 +673,49 @@ class Impl final : public DeviceMlp {
     started_ = started;
   }
 
+  bool momentum_started() const override { return started_; }
+  float* device_data(DeviceArray which) override {
+    return which == DeviceArray::params ? params_.data() : grad_.data();
+  }
+  void stream_out(DeviceArray which, std::span<const std::pair<size_t, size_t>> ranges,
+                  const ReadyRange& ready) override {
+    select();
+    for (const auto& [offset, count] : ranges) check_range(offset, count);
+    staging_.out(device_data(which), ranges, ready);
+  }
+  void stream_in(DeviceArray which, size_t offset, std::span<const float> values) override {
+    select();
+    check_range(offset, values.size());
+    staging_.in(device_data(which) + offset, values);
+  }
+  std::vector<float*> neighbour_buffers(size_t count) override {
+    select();
+    while (neighbours_.size() < count) {
+      neighbours_.emplace_back();
+      neighbours_.back().resize(num_params_);
+    }
+    std::vector<float*> out;
+    for (size_t k = 0; k < count; ++k) out.push_back(neighbours_[k].data());
+    return out;
+  }
+  void mix_params(float self_weight, std::span<const float> weights) override {
+    select();
+    if (weights.size() > neighbours_.size()) {
+      fail(Code::internal, "device model: " + std::to_string(weights.size()) +
+                               " mixing weights for " + std::to_string(neighbours_.size()) +
+                               " neighbour buffers");
+    }
+    std::vector<const float*> in;
+    for (size_t k = 0; k < weights.size(); ++k) in.push_back(neighbours_[k].data());
+    mix_in_.resize(std::max<size_t>(1, in.size()));
+    mix_w_.resize(std::max<size_t>(1, weights.size()));
+    mix_in_.from_host(in);
+    mix_w_.from_host(weights);
+    for_n(num_params_,
+          Mix{params_.data(), mix_in_.data(), mix_w_.data(), weights.size(), self_weight});
+    sync();
+  }
+
   Mlp::Evaluation evaluate(std::span<const float> x,
                            std::span<const std::int32_t> labels) override {
     select();
@@ -551,6 +746,14 @@ class Impl final : public DeviceMlp {
   size_t width(int l) const { return static_cast<size_t>(widths_[static_cast<size_t>(l)]); }
   size_t bias_offset(int l) const { return offsets_[l] + width(l + 1) * width(l); }
   Act activation() const { return spec_.activation == Activation::relu ? Act::relu : Act::tanh; }
+
+  void check_range(size_t offset, size_t count) const {
+    if (offset > num_params_ || count > num_params_ - offset) {
+      fail(Code::internal, "device model: values [" + std::to_string(offset) + ", " +
+                               std::to_string(offset + count) + ") of " +
+                               std::to_string(num_params_));
+    }
+  }
 
   void check_labels(std::span<const std::int32_t> labels) const {
     for (size_t i = 0; i < labels.size(); ++i) {
@@ -654,6 +857,11 @@ class Impl final : public DeviceMlp {
   Buffer<std::uint8_t> correct_;
   Buffer<std::int32_t> labels_;
   Buffer<std::uint32_t> idx_;
+
+  Staging staging_;                        // to and from the host, through pinned buffers
+  std::vector<Buffer<float>> neighbours_;  // gossip's received models
+  Buffer<const float*> mix_in_;
+  Buffer<float> mix_w_;
 };
 
 }  // namespace dpg::model::DPG_DEVICE_NS

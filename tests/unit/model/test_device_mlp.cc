@@ -15,6 +15,9 @@
 #include <doctest/doctest.h>
 
 #include <curand.h>
+#ifdef DPG_TEST_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -27,6 +30,7 @@
 
 #include "dp/clip.h"
 #include "dp/mechanism.h"
+#include "runtime/collective/neighbour.h"
 #include "runtime/core/error.h"
 #include "runtime/core/rng.h"
 #include "runtime/model/device_mlp.h"
@@ -50,6 +54,15 @@ std::unique_ptr<DeviceMlp> make_with(const MlpSpec& spec, std::span<const float>
 #endif
 }
 std::unique_ptr<DeviceMlp> make(const Mlp& cpu) { return make_with(cpu.spec(), cpu.params()); }
+// Host values into device memory the model handed out (its neighbour buffers).
+void to_device(float* dst, const std::vector<float>& v) {
+#ifdef DPG_TEST_CUDA
+  REQUIRE(cudaMemcpy(dst, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice) ==
+          cudaSuccess);
+#else
+  std::copy(v.begin(), v.end(), dst);
+#endif
+}
 
 MlpSpec spec_of(Activation act) {
   MlpSpec s;
@@ -310,6 +323,77 @@ TEST_CASE("device: SGD with momentum, weight decay and Nesterov matches the CPU 
       }
     }
   }
+}
+
+TEST_CASE("device: staged copies carry each range in order, and back in at an offset") {
+  const Mlp cpu(spec_of(Activation::tanh), 12);
+  auto dev = make(cpu);
+  const std::size_t n = cpu.num_params();
+  // Ranges of unequal sizes, out of order and more than the staging slots: each arrives whole,
+  // in the order asked, with the device's values.
+  const std::vector<std::pair<std::size_t, std::size_t>> ranges = {
+      {n - 5, 5}, {0, 1}, {100, 300}, {7, 0}, {1, 99}, {400, n - 405}, {n - 5, 5}};
+  std::vector<std::size_t> seen;
+  bool equal = true;
+  dev->stream_out(dpg::model::DeviceArray::params, ranges,
+                  [&](std::size_t offset, std::span<const float> v) {
+                    seen.push_back(offset);
+                    if (v.size() != ranges[seen.size() - 1].second) equal = false;
+                    for (std::size_t i = 0; i < v.size(); ++i) {
+                      if (v[i] != cpu.params()[offset + i]) equal = false;
+                    }
+                  });
+  CHECK(equal);
+  CHECK(seen == std::vector<std::size_t>{n - 5, 0, 100, 7, 1, 400, n - 5});
+  // stream_in at an offset changes that range alone; the gradient array is another array.
+  std::vector<float> part(300);
+  for (std::size_t i = 0; i < part.size(); ++i) part[i] = static_cast<float>(i) * 0.5f;
+  dev->stream_in(dpg::model::DeviceArray::params, 50, part);
+  std::vector<float> got(n);
+  dpg::model::stream_out_all(*dev, dpg::model::DeviceArray::params, got);
+  std::vector<float> want(cpu.params().begin(), cpu.params().end());
+  std::copy(part.begin(), part.end(), want.begin() + 50);
+  CHECK(got == want);
+  std::vector<float> g(n, 0.25f);
+  dev->stream_in(dpg::model::DeviceArray::gradient, 0, g);
+  std::vector<float> back(n);
+  dev->download_gradient(back);
+  CHECK(back == g);
+  dev->download_params(got);
+  CHECK(got == want);
+  CHECK_THROWS_AS(dev->stream_in(dpg::model::DeviceArray::params, n - 1, part), dpg::Error);
+}
+
+TEST_CASE("device: mixing the neighbour buffers gives collective::mix_range's bits") {
+  const Mlp cpu(spec_of(Activation::relu), 13);
+  auto dev = make(cpu);
+  const std::size_t n = cpu.num_params();
+  dpg::Rng rng(3);
+  std::vector<std::vector<float>> models(3, std::vector<float>(n));
+  for (auto& m : models) {
+    for (float& v : m) v = static_cast<float>(rng.normal());
+  }
+  const std::vector<float*> bufs = dev->neighbour_buffers(3);
+  REQUIRE(bufs.size() == 3);
+  // As a receive would: straight into the device buffers.
+  for (std::size_t k = 0; k < 3; ++k) to_device(bufs[k], models[k]);
+  const std::vector<float> weights = {0.25f, 0.125f, 0.3f};
+  dev->mix_params(0.325f, weights);
+  std::vector<float> want(n);
+  const std::vector<std::span<const float>> pieces(models.begin(), models.end());
+  dpg::collective::mix_range(want, 0.325f, cpu.params(), weights, pieces, 0, n);
+  std::vector<float> got(n);
+  dev->download_params(got);
+  CHECK(got == want);
+  // Fewer neighbours than buffers: the first ones; more: refused.
+  dev->upload_params(cpu.params());
+  dev->mix_params(0.5f, std::span<const float>(weights).first(1));
+  dpg::collective::mix_range(want, 0.5f, cpu.params(), std::span<const float>(weights).first(1),
+                             std::span(pieces).first(1), 0, n);
+  dev->download_params(got);
+  CHECK(got == want);
+  const std::vector<float> four(4, 0.1f);
+  CHECK_THROWS_AS(dev->mix_params(0.6f, four), dpg::Error);
 }
 
 TEST_CASE("device: a row index past the resident rows, or a label out of range, is refused") {

@@ -1,7 +1,7 @@
 // The trainer's device path (--device cuda) on the device backend's host instance
 // (model::make_host_thrust_mlp: the same source as the CUDA one, Thrust's C++ backend): the
-// device computes the released gradient, the algorithm exchanges it and updates the host model,
-// which goes back to the device before the next step.
+// device computes the released gradient and, for the algorithms that update on the device (all
+// but the parameter servers and AD-PSGD), keeps the model; test_device_resident.cc tests that.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -151,16 +151,16 @@ TEST_CASE("device path: secure noise and secure aggregation are refused; no GPU 
   }
 }
 
-TEST_CASE("device path: --transport nccl needs device cuda and an all-reduce algorithm") {
+TEST_CASE("device path: --transport nccl needs device cuda and allreduce, local-sgd or gossip") {
   TrainConfig c = test::small_config(Algo::allreduce);
   c.transport = TransportMode::nccl;
   auto res = test::run_peers(2, c, 100);
   CHECK(res[0].error.find("/transport: nccl reduces on the GPU of device cuda") != std::string::npos);
   c.device = "cuda";
-  c.algo = Algo::gossip;
+  c.algo = Algo::ad_psgd;
   res = test::run_peers(2, c, 100, test::graph_phases("ring", 2));
-  CHECK(res[0].error.find("/transport: nccl carries the float all-reduces of allreduce and "
-                          "local-sgd, not gossip") != std::string::npos);
+  CHECK(res[0].error.find("/transport: nccl carries the all-reduces of allreduce and local-sgd "
+                          "and gossip's neighbour exchange, not ad-psgd") != std::string::npos);
   c.algo = Algo::allreduce;
   c.bucket_bytes = 1024;
   res = test::run_peers(2, c, 100);

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "runtime/collective/communicator.h"
@@ -173,6 +174,46 @@ TEST_CASE("the neighbour exchange holds a fixed window of chunks, whatever the m
     const auto& rt = models[(r + 1) % n];
     for (std::size_t i = 0; i < count; ++i) {
       float want = 0.5f * m[i];
+      want += 0.25f * l[i];
+      want += 0.25f * rt[i];
+      REQUIRE(mixed[r][i] == want);
+    }
+  }
+}
+
+TEST_CASE("the neighbour exchange sends a model handed over piece by piece only as it is ready") {
+  // Each peer's buffer holds NaN when the exchange starts with nothing ready; the model is then
+  // written in uneven pieces, each followed by ready(). A chunk sent before its values were in
+  // place would carry NaN into the neighbours' mix. finish() sends what was never declared.
+  const int n = 3;
+  const std::size_t count = 1001, chunk_bytes = 64;
+  std::vector<std::vector<float>> models(n), mixed(n);
+  for (int r = 0; r < n; ++r) models[r] = random_model(r, count);
+  run_transports(n, [&](int rank, net::Transport& t) {
+    collective::NeighbourExchange ex(t, chunk_bytes, 2);
+    const std::vector<int> peers = {(rank + n - 1) % n, (rank + 1) % n};
+    const std::vector<float> w = {0.25f, 0.25f};
+    std::vector<float> mine(count, std::numeric_limits<float>::quiet_NaN()), out(count);
+    ex.start(5, mine, peers, peers, 0);
+    std::size_t done = 0;
+    for (const std::size_t piece : {7, 100, 33, 500}) {
+      std::copy_n(models[rank].begin() + static_cast<long>(done), piece,
+                  mine.begin() + static_cast<long>(done));
+      done += piece;
+      ex.ready(done);
+    }
+    std::copy(models[rank].begin() + static_cast<long>(done), models[rank].end(),
+              mine.begin() + static_cast<long>(done));
+    ex.finish([&](std::size_t b, std::size_t e, std::span<const std::span<const float>> in) {
+      collective::mix_range(out, 0.5f, mine, w, in, b, e);
+    });
+    mixed[rank] = out;
+  });
+  for (int r = 0; r < n; ++r) {
+    const auto& l = models[(r + n - 1) % n];
+    const auto& rt = models[(r + 1) % n];
+    for (std::size_t i = 0; i < count; ++i) {
+      float want = 0.5f * models[r][i];
       want += 0.25f * l[i];
       want += 0.25f * rt[i];
       REQUIRE(mixed[r][i] == want);

@@ -1,0 +1,61 @@
+#include "runtime/collective/device_collectives.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "runtime/core/error.h"
+#include "runtime/net/ops.h"
+
+namespace dpg::collective {
+
+void HostMemoryCollectives::allreduce(float* data, std::size_t count, Reduce op) {
+  comm_.allreduce(std::span<float>(data, count), op);
+}
+
+void HostMemoryCollectives::exchange(std::span<const DeviceSend> sends,
+                                     std::span<const DeviceRecv> recvs) {
+  net::Transport& t = comm_.transport();
+  const std::uint64_t round = calls_++;
+  // The k-th buffer between two ranks is chunk k of the tag, on both sides alike.
+  std::vector<std::uint32_t> sent(static_cast<std::size_t>(t.world()), 0);
+  std::vector<std::uint32_t> received(static_cast<std::size_t>(t.world()), 0);
+  auto check_peer = [&](int peer, const char* kind) {
+    if (peer < 0 || peer >= t.world()) {
+      fail(Code::invalid_argument, "rank " + std::to_string(t.rank()) + ": exchange: " + kind +
+                                       " peer " + std::to_string(peer) + " in a world of " +
+                                       std::to_string(t.world()));
+    }
+  };
+  // To itself: the k-th send to self lands in the k-th receive from self (the transport has no
+  // messages to self).
+  std::vector<const DeviceSend*> to_self;
+  for (const auto& s : sends) {
+    if (s.peer == t.rank()) to_self.push_back(&s);
+  }
+  std::size_t self_k = 0;
+  for (const auto& r : recvs) {
+    if (r.peer != t.rank()) continue;
+    if (self_k >= to_self.size() || to_self[self_k]->count != r.count) {
+      fail(Code::invalid_argument, "rank " + std::to_string(t.rank()) +
+                                       ": exchange: receive " + std::to_string(self_k) +
+                                       " from itself has no send of its size");
+    }
+    std::copy_n(to_self[self_k++]->data, r.count, r.data);
+  }
+  std::vector<net::Handle> handles;
+  for (const auto& r : recvs) {
+    if (r.peer == t.rank()) continue;
+    check_peer(r.peer, "receive");
+    const net::Tag tag{net::kOpDeviceExchange, round, received[r.peer]++};
+    handles.push_back(t.recv(r.peer, tag, std::as_writable_bytes(std::span(r.data, r.count))));
+  }
+  for (const auto& s : sends) {
+    if (s.peer == t.rank()) continue;
+    check_peer(s.peer, "send");
+    const net::Tag tag{net::kOpDeviceExchange, round, sent[s.peer]++};
+    handles.push_back(t.send(s.peer, tag, std::as_bytes(std::span(s.data, s.count))));
+  }
+  for (const auto& h : handles) t.wait(h);
+}
+
+}  // namespace dpg::collective
