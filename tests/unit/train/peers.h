@@ -3,6 +3,8 @@
 // and its final model.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <exception>
 #include <functional>
 #include <string>
@@ -46,6 +48,18 @@ inline std::vector<train::GossipPhase> graph_phases(const std::string& kind, int
   p.label = kind;
   p.period = topology::make(spec);
   return {p};
+}
+
+// The largest |a_i - b_i|, and the largest |a_i|: a device run's model against the CPU's.
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
+  return d;
+}
+inline double max_abs(const std::vector<float>& a) {
+  double m = 0;
+  for (float v : a) m = std::max(m, std::fabs(double(v)));
+  return m;
 }
 
 struct PeerResult {

@@ -38,17 +38,6 @@ std::vector<test::PeerResult> run(const TrainConfig& c, int world,
       });
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
-  return d;
-}
-double max_abs(const std::vector<float>& a) {
-  double m = 0;
-  for (float v : a) m = std::max(m, std::fabs(double(v)));
-  return m;
-}
-
 }  // namespace
 
 TEST_CASE("device path: a non-private all-reduce run trains to the CPU run's model") {
@@ -65,7 +54,7 @@ TEST_CASE("device path: a non-private all-reduce run trains to the CPU run's mod
   }
   CHECK(dev[0].params == dev[1].params);  // the replicas agree
   // Only the summation order differs (Thrust's loops and the CPU's vector kernels).
-  CHECK(max_abs_diff(dev[0].params, cpu[0].params) < 1e-4 * max_abs(cpu[0].params));
+  CHECK(test::max_abs_diff(dev[0].params, cpu[0].params) < 1e-4 * test::max_abs(cpu[0].params));
   CHECK(dev[0].summary.test_accuracy == doctest::Approx(cpu[0].summary.test_accuracy).epsilon(0.01));
 }
 
