@@ -30,8 +30,9 @@ TransportPlan plan_transport(const net::HostsFile& hosts, int rank, const std::v
                (hosts.source.empty() ? std::string("the hosts list") : hosts.source) +
                "; shared memory needs both on one host (use --transport auto or tcp)");
     }
-    // nccl: the float all-reduces go through NCCL (the trainer sets that up over this
-    // transport); everything else, its bootstrap included, travels as under auto.
+    // nccl: the algorithm's messages and the float all-reduces go through NCCL (the trainer
+    // sets that up over this transport); everything else, its bootstrap included, travels as
+    // under auto.
     const bool shm = mode == TransportMode::shm ||
                      ((mode == TransportMode::automatic || mode == TransportMode::nccl) &&
                       there == here);

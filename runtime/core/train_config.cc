@@ -404,8 +404,8 @@ std::vector<ConfigField> make_table() {
           .control(),
       field(&C::transport, "transport", "--transport",
             "auto (shared memory with the peers the hosts file puts on this host, TCP with the "
-            "rest), tcp, shm (every peer on this host), or nccl (with device cuda, allreduce and "
-            "local-sgd: their float all-reduces through NCCL, everything else as auto)")
+            "rest), tcp, shm (every peer on this host), or nccl (with device cuda and allreduce, "
+            "local-sgd or gossip: their messages GPU to GPU through NCCL, everything else as auto)")
           .control(),
       field(&C::run_name, "run_name", "--run-name", "the run id of the metrics lines (\"\": generated)")
           .per_peer(),

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Packs what tools/gpu_checks.sh needs on a GPU machine that has CUDA 13 and NCCL but not
+# Debian's packages (no package archive there): the dpgossip binary and the GPU test programs of
+# ./build, the shared libraries they load from Debian (not CUDA's, NCCL's, glibc's or the C++
+# runtime's, which that machine has), and Fashion-MNIST's IDX files. Writes .gpu/bundle.tar.xz
+# (about 30 MB; .gpu/ is git-ignored). Run after tools/setup.sh; docs/GPU.md says how to use it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+programs=(apps/dpgossip tests/unit/model/test_device_mlp_cuda tests/unit/collective/test_nccl)
+stage=.gpu/stage
+rm -rf "$stage"
+mkdir -p "$stage/bin" "$stage/lib" "$stage/fashion-mnist"
+for p in "${programs[@]}"; do
+  [ -x "$build/$p" ] || { echo "gpu_bundle: $build/$p is missing (a build with CUDA and NCCL?)" >&2; exit 1; }
+  cp "$build/$p" "$stage/bin/"
+done
+# What the programs load, less what the GPU machine brings: CUDA's and NCCL's libraries, glibc,
+# and GCC's runtime (a newer one there serves programs built by an older GCC, not the reverse).
+ldd "$stage"/bin/* | awk '$3 ~ /^\// { print $3 }' | sort -u |
+  grep -v -E '^/usr/local/cuda/|/lib(c|m|dl|pthread|rt|mvec|stdc\+\+|gcc_s)\.so|ld-linux' |
+  while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+cp /usr/share/datasets/fashion-mnist/*.gz "$stage/fashion-mnist/"
+tar -C "$stage" -cJf .gpu/bundle.tar.xz .
+rm -rf "$stage"
+echo "gpu_bundle: .gpu/bundle.tar.xz, $(du -h .gpu/bundle.tar.xz | cut -f1)"

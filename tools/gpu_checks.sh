@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU checks of docs/GPU.md in one run, on a machine with an NVIDIA GPU, CUDA 13, NCCL and
+# PyTorch, from the bundle tools/gpu_bundle.sh made (.gpu/bundle.tar.xz): the CUDA reference
+# tests, the NCCL communicator on one GPU, `bench step --device cuda` beside PyTorch at batch 256 to
+# 16384, and four peers sharing the GPU through the staged transport path against the same run
+# on the CPU. Writes its logs into $OUT (or ./gpu_out): summary.txt (every check's exit status and
+# time), tests.log, bench.log, train.log. Each check is bounded by `timeout`; the whole takes
+# about 6 minutes. From the repository's root:  bash tools/gpu_checks.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu_out}
+mkdir -p "$out"
+work=$(mktemp -d /tmp/dpg_gpu.XXXXXX)
+tar -C "$work" -xJf .gpu/bundle.tar.xz || { echo "gpu_checks: no .gpu/bundle.tar.xz (tools/gpu_bundle.sh)" >&2; exit 1; }
+# CUDA's libraries from the toolkit, NCCL's from it or from PyTorch's nvidia-nccl package.
+nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
+export LD_LIBRARY_PATH="$work/lib:/usr/local/cuda/lib64:${nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+bin=$work/bin
+summary=$out/summary.txt
+: > "$summary"
+{ nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } >> "$summary" 2>&1
+last=$work/last.log
+# check NAME LOG SECONDS COMMAND...: runs it under `timeout`, appending its output to LOG.
+check() {
+  local name=$1 log=$2 limit=$3; shift 3
+  echo "== $name: $*" >> "$out/$log"
+  local start=$SECONDS
+  timeout "$limit" "$@" > "$last" 2>&1
+  echo "$name: exit $? in $((SECONDS - start)) s" >> "$summary"
+  cat "$last" >> "$out/$log"
+}
+check reference tests.log 120 "$bin/test_device_mlp_cuda"
+check nccl tests.log 120 "$bin/test_nccl"
+for b in 256 1024 4096 16384; do
+  check "bench-$b" bench.log 120 "$bin/dpgossip" bench step --device cuda --threads 1 --batch "$b" \
+      --baseline torch --python python3 --torch-script tools/bench_torch_mlp.py --seconds 1 --rounds 3
+done
+check prepare train.log 120 "$bin/dpgossip" prepare --idx-dir "$work/fashion-mnist" --out "$work/data"
+# The test accuracy of the last check's summary, if it printed one, into the summary.
+accuracy() { echo "  $(grep -o '"test_accuracy":[0-9.e-]*' "$last" | tail -1)" >> "$summary"; }
+for device in cuda cpu; do
+  check "gossip-$device" train.log 300 "$bin/dpgossip" launch --peers 4 -- train --algo gossip \
+      --topology ring --data "$work/data" --device "$device" --json --metrics "$out/metrics-$device.jsonl"
+  accuracy
+done
+check "allreduce-cuda" train.log 300 "$bin/dpgossip" launch --peers 4 -- train --algo allreduce \
+    --data "$work/data" --device cuda --json --metrics ""
+accuracy
+rm -rf "$work"
+cat "$summary"
