@@ -26,6 +26,8 @@ void HostMemoryCollectives::exchange(std::span<const DeviceSend> sends,
                                        std::to_string(t.world()));
     }
   };
+  for (const auto& r : recvs) check_peer(r.peer, "receive");
+  for (const auto& s : sends) check_peer(s.peer, "send");
   // To itself: the k-th send to self lands in the k-th receive from self (the transport has no
   // messages to self).
   std::vector<const DeviceSend*> to_self;
@@ -45,13 +47,11 @@ void HostMemoryCollectives::exchange(std::span<const DeviceSend> sends,
   std::vector<net::Handle> handles;
   for (const auto& r : recvs) {
     if (r.peer == t.rank()) continue;
-    check_peer(r.peer, "receive");
     const net::Tag tag{net::kOpDeviceExchange, round, received[r.peer]++};
     handles.push_back(t.recv(r.peer, tag, std::as_writable_bytes(std::span(r.data, r.count))));
   }
   for (const auto& s : sends) {
     if (s.peer == t.rank()) continue;
-    check_peer(s.peer, "send");
     const net::Tag tag{net::kOpDeviceExchange, round, sent[s.peer]++};
     handles.push_back(t.send(s.peer, tag, std::as_bytes(std::span(s.data, s.count))));
   }

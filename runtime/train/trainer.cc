@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
+#include <limits>
 #include <optional>
 
 #include "dp/accountant.h"
@@ -119,10 +121,50 @@ Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicat
     for (std::size_t l = 0; l + 1 < w.size(); ++l) in.num_params += double(w[l] + 1) * w[l + 1];
   }
   try {
-    plan_ = dp::plan_privacy(in);
+    plan_ = agreed_plan(in);
   } catch (const Error& e) {
     fail(e.code(), std::string("train: ") + e.what());
   }
+}
+
+dp::PrivacyPlan Trainer::agreed_plan(dp::PlanInputs in) const {
+  // The noise multiplier's search (a dozen accountant evaluations, seconds with PLD at small
+  // rates) runs once, on rank 0, not on every peer at once. Each other peer takes rank 0's
+  // multiplier only after checking that it meets the target by its own evaluation, the property
+  // calibration guarantees: a peer's privacy never rests on another peer's word.
+  if (comm_ == nullptr || world() == 1 || !in.dp || in.noise_multiplier > 0 ||
+      in.secure_aggregation) {
+    return dp::plan_privacy(in);
+  }
+  double sigma = std::numeric_limits<double>::quiet_NaN();  // NaN: rank 0's plan failed
+  std::optional<dp::PrivacyPlan> mine;
+  std::exception_ptr error;
+  if (rank() == 0) {
+    try {
+      mine = dp::plan_privacy(in);
+      sigma = mine->sigma;
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  comm_->broadcast(std::as_writable_bytes(std::span<double>(&sigma, 1)), 0);
+  if (rank() == 0) {
+    if (error) std::rethrow_exception(error);
+    return *mine;
+  }
+  if (!(sigma > 0) || !std::isfinite(sigma)) return dp::plan_privacy(in);  // rank 0's error here
+  const double target = in.target_epsilon;
+  in.noise_multiplier = sigma;
+  dp::PrivacyPlan p = dp::plan_privacy(in);
+  const double eps =
+      dp::epsilon_for(p.accountant_q(), sigma, p.steps, in.delta, in.accountant).epsilon;
+  if (!(eps <= target)) {
+    fail(Code::failed_precondition,
+         "rank " + std::to_string(rank()) + ": rank 0's noise multiplier " + std::to_string(sigma) +
+             " gives epsilon " + std::to_string(eps) + " here, above target_epsilon " +
+             std::to_string(target));
+  }
+  return p;
 }
 
 Trainer::~Trainer() = default;

@@ -121,6 +121,9 @@ class Trainer {
   };
   Spent spent(const RunState& s, long long t) const;
   void log_start() const;
+  // The run's privacy plan: the noise multiplier calibrated by rank 0 and checked by the others
+  // (collective), or computed by each peer where nothing is searched for.
+  dp::PrivacyPlan agreed_plan(dp::PlanInputs in) const;
   // The last step of `epoch` (1-based; 0 gives 0).
   long long epoch_end(int epoch) const;
 

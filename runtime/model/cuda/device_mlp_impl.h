@@ -214,7 +214,10 @@ class Staging {
            const DeviceMlp::ReadyRange& ready) {
     size_t widest = 0;
     for (const auto& r : ranges) widest = std::max(widest, r.second);
-    if (widest == 0) return;
+    if (widest == 0) {  // nothing to copy: every range is empty
+      for (const auto& r : ranges) ready(r.first, {});
+      return;
+    }
     drain();  // the slots may still be in use by an earlier copy that threw
     buffer_.resize(kSlots * widest);
     auto slot = [&](size_t i) { return buffer_.data() + (i % kSlots) * widest; };

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/collective/communicator.h"
+#include "runtime/collective/device_collectives.h"
 #include "runtime/core/error.h"
 #include "runtime/net/inproc/inproc_transport.h"
 #include "tests/unit/collective/world.h"
@@ -222,5 +223,33 @@ TEST_CASE("a routed communicator sends its float all-reduces down the route, the
     c.allreduce(std::span<float>(f));
     CHECK(calls == 1);
     for (float v : f) CHECK(v == 6.0f);
+  });
+}
+
+TEST_CASE("host-memory device collectives: exchange in order per pair, to itself too, and the sum") {
+  run_world(3, Options{}, [&](Communicator& c) {
+    dpg::collective::HostMemoryCollectives d(c);
+    const int me = c.rank(), next = (me + 1) % 3, prev = (me + 2) % 3;
+    // Two buffers to the next rank (their order between the pair is kept), one to itself; three
+    // exchanges in a row, so that the calls' numbering keeps them apart.
+    for (int call = 0; call < 3; ++call) {
+      std::vector<float> a(5, static_cast<float>(100 * me + call)), b(3, static_cast<float>(-me)),
+          self(4, 7.0f + static_cast<float>(me));
+      std::vector<float> ra(5), rb(3), rself(4);
+      const std::vector<dpg::collective::DeviceSend> sends = {
+          {next, a.data(), a.size()}, {next, b.data(), b.size()}, {me, self.data(), self.size()}};
+      const std::vector<dpg::collective::DeviceRecv> recvs = {
+          {me, rself.data(), rself.size()}, {prev, ra.data(), ra.size()}, {prev, rb.data(), rb.size()}};
+      d.exchange(sends, recvs);
+      for (float v : ra) CHECK(v == static_cast<float>(100 * prev + call));
+      for (float v : rb) CHECK(v == static_cast<float>(-prev));
+      CHECK(rself == self);
+    }
+    std::vector<float> v(6, static_cast<float>(me + 1));
+    d.allreduce(v.data(), v.size(), Reduce::sum);
+    for (float x : v) CHECK(x == 6.0f);
+    const std::vector<dpg::collective::DeviceSend> bad = {{5, v.data(), v.size()}};
+    CHECK_THROWS_WITH_AS(d.exchange(bad, {}), doctest::Contains("send peer 5 in a world of 3"),
+                         dpg::Error);
   });
 }

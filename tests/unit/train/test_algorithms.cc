@@ -53,3 +53,39 @@ TEST_CASE("gossip: the replicas differ, every epoch line and the summary agree o
   CHECK(peers[0].epochs.back().peer_test_accuracy.size() == 4);
   CHECK(s.extra["topology"] == "ring");
 }
+
+TEST_CASE("the noise multiplier is searched for once, and each peer checks it meets its target") {
+  TrainConfig c = test::small_config(Algo::gossip);
+  c.epochs = 1;
+  c.noise_multiplier = 0;
+  c.target_epsilon = 3;
+  const auto phases = test::graph_phases("ring", 3);
+  std::vector<double> sigma(3);
+  auto res = test::run_peers(3, c, 400, phases, std::chrono::seconds(20), {},
+                             [&](int r, train::Trainer& t) { sigma[r] = t.noise_multiplier(); });
+  for (const auto& p : res) REQUIRE(p.error == "");
+  // Every peer holds the multiplier one search gives, and spends at most the target with it.
+  dp::PlanInputs in;
+  in.release = dp::Release::own;
+  in.shard_rows = {400, 400, 400};
+  in.batch_size = c.batch_size;
+  in.epochs = c.epochs;
+  in.target_epsilon = 3;
+  in.delta = c.delta;
+  const double searched = dp::plan_privacy(in).sigma;
+  for (int r = 0; r < 3; ++r) {
+    CHECK(sigma[r] == searched);
+    CHECK(res[r].summary.epsilon <= 3.0);
+    CHECK(res[r].summary.epsilon > 2.9);
+  }
+  // A peer asked for less epsilon than rank 0's multiplier gives refuses it.
+  res = test::run_peers(
+      3, c, 400, phases, std::chrono::seconds(3), {}, {}, [&](int r) {
+        TrainConfig mine = c;
+        if (r == 1) mine.target_epsilon = 1;
+        return mine;
+      });
+  CAPTURE(res[1].error);
+  CHECK(res[1].error.find("rank 1: rank 0's noise multiplier") != std::string::npos);
+  CHECK(res[1].error.find("above target_epsilon 1") != std::string::npos);
+}
