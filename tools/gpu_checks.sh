@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The GPU checks of docs/GPU.md in one run, on a machine with an NVIDIA GPU, CUDA 13, NCCL and
 # PyTorch, from the bundle tools/gpu_bundle.sh made (.gpu/bundle.tar.xz): the CUDA reference
-# tests, the NCCL communicator on one GPU, `bench step --device cuda` beside PyTorch at batch 256 to
-# 16384, and four peers sharing the GPU through the staged transport path against the same run
-# on the CPU. Writes its logs into $OUT (or ./gpu_out): summary.txt (every check's exit status and
-# time), tests.log, bench.log, train.log. Each check is bounded by `timeout`; the whole takes
-# about 6 minutes. From the repository's root:  bash tools/gpu_checks.sh
+# tests, the NCCL communicator on one GPU, `bench step --device cuda` beside PyTorch at batch 256
+# to 16384, four peers sharing the GPU through the staged transport path against the same run on
+# the CPU, and a one-rank run through NCCL. Writes its logs into $OUT (or ./gpu_out):
+# summary.txt (every check's exit status, time and accuracy), tests.log, bench.log, train.log and
+# the gossip runs' metrics. Each check is bounded by `timeout`; the whole takes about 6 minutes.
+# From the repository's root:  bash tools/gpu_checks.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
@@ -45,6 +46,10 @@ for device in cuda cpu; do
 done
 check "allreduce-cuda" train.log 300 "$bin/dpgossip" launch --peers 4 -- train --algo allreduce \
     --data "$work/data" --device cuda --json --metrics ""
+accuracy
+# NCCL inside a run: one rank (NCCL refuses several on one GPU), its float all-reduces through it.
+check "nccl-run" train.log 300 "$bin/dpgossip" launch --peers 1 -- train --algo allreduce \
+    --data "$work/data" --device cuda --transport nccl --epochs 5 --json --metrics ""
 accuracy
 rm -rf "$work"
 cat "$summary"
