@@ -36,9 +36,10 @@
 
 namespace dpg::model {
 
-// The model's arrays that leave the device: the parameters (gossip's messages, the model
-// averages) and the released gradient (the all-reduce's message).
-enum class DeviceArray { params, gradient };
+// The model's arrays that cross to the host: the parameters (gossip's messages, the model
+// averages, evaluations), the released gradient (the all-reduce's message) and the parameters'
+// moving average (evaluations, checkpoints).
+enum class DeviceArray { params, gradient, average };
 
 // One step's privacy settings on the device (dp::MechanismOptions's, without the CPU-only modes).
 struct DeviceDpOptions {
@@ -103,6 +104,10 @@ class DeviceMlp {
   // --- Device-resident training: the parameters, momentum and gradient stay here between steps,
   // and only what goes on the wire crosses to the host, through pinned staging buffers.
 
+  // The parameters' exponential moving average (train/optimizer.h's ParamAverage, its
+  // arithmetic): average = decay * average + (1 - decay) * params. The average starts as the
+  // parameters the model was made with; stream_in sets it.
+  virtual void average_step(float decay) = 0;
   // Whether sgd_step() has set the momentum buffer (the first step sets it to the gradient).
   virtual bool momentum_started() const = 0;
   // The array's device address (for NCCL, which reads and writes device memory); in the host

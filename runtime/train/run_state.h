@@ -57,10 +57,10 @@ struct RunState {
   std::optional<ConsensusReport> last_consensus;  // the latest K-step report
   std::optional<Evaluator> evaluator;
   // With --device cuda: the model on the GPU, the training rows resident there, and the step's
-  // row indices for it. With `resident` (the algorithm updates on the device) the parameters and
-  // momentum live there, and `model` and `sgd` are their copies, current only when
-  // host_current says so (Trainer::pull_model); otherwise the host model is the algorithm's and
-  // goes to the device before each step.
+  // row indices for it. With `resident` (the algorithm updates on the device) the parameters,
+  // momentum and moving average live there, and `model`, `sgd` and `ema` are their copies,
+  // current only when host_current says so (Trainer::pull_model); otherwise the host model is the
+  // algorithm's and goes to the device before each step.
   std::unique_ptr<model::DeviceMlp> device;
   std::vector<std::uint32_t> device_rows;
   bool resident = false;

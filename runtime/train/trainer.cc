@@ -279,6 +279,7 @@ void Trainer::pull_model(RunState& s, bool momentum) const {
   if (!s.resident) return;
   if (!s.host_current) {
     model::stream_out_all(*s.device, model::DeviceArray::params, s.model.params());
+    if (s.ema) model::stream_out_all(*s.device, model::DeviceArray::average, s.ema->values());
     s.host_current = true;
   }
   if (momentum) {
@@ -290,6 +291,7 @@ void Trainer::pull_model(RunState& s, bool momentum) const {
 
 void Trainer::push_model(RunState& s) const {
   s.device->stream_in(model::DeviceArray::params, 0, s.model.params());
+  if (s.ema) s.device->stream_in(model::DeviceArray::average, 0, s.ema->values());
   s.device->restore_momentum(s.sgd.momentum_buffer(), s.sgd.started());
   s.host_current = true;
 }
@@ -310,10 +312,7 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
                                  {.lr = o.lr, .momentum = o.momentum,
                                   .weight_decay = o.weight_decay, .nesterov = o.nesterov});
     s.host_current = false;
-    if (s.ema) {  // the average is kept on the host: the model comes over every step
-      pull_model(s, false);
-      s.ema->update(s.model.params());
-    }
+    if (s.ema) s.device->average_step(static_cast<float>(s.ema->decay()));
   } else {
     s.algorithm->before_gradient(t, s.model.params());
     const dp::PrivateGradient mine = s.device ? *device_gradient(s, t, stats)

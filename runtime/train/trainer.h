@@ -105,9 +105,9 @@ class Trainer {
   // pieces when the algorithm streams them) only when the algorithm needs it there: else nullopt.
   std::optional<dp::PrivateGradient> device_gradient(RunState& s, long long t,
                                                      StepStats& stats) const;
-  // Device-resident runs: the device's parameters (and with `momentum` its momentum buffer) into
-  // the host's model (and optimiser) when they are behind; and the host's state to the device
-  // (after the start's broadcast and a resume).
+  // Device-resident runs: the device's parameters and moving average (and with `momentum` its
+  // momentum buffer) into the host's model and average (and optimiser) when they are behind; and
+  // the host's state to the device (after the start's broadcast and a resume).
   void pull_model(RunState& s, bool momentum) const;
   void push_model(RunState& s) const;
   EpochReport evaluate_epoch(RunState& s, int epoch, long long t, const EpochTotals& totals) const;

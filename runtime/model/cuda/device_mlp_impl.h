@@ -444,7 +444,10 @@ struct Fill {
   DPG_HD void operator()(size_t k) const { x[k] = value; }
 };
 
-struct Mix {  // collective::mix_range's order: the own value, then each neighbour's in turn
+// The two below are written as the CPU's code is (collective::mix_range, ParamAverage::update),
+// so that the host compiler gives the host instance the CPU's bits, fused multiply-adds
+// included. nvcc may fuse differently: the CUDA instance agrees to rounding.
+struct Mix {  // mix_range's order: the own value, then each neighbour's in turn
   float* p;
   const float* const* in;
   const float* w;
@@ -455,6 +458,13 @@ struct Mix {  // collective::mix_range's order: the own value, then each neighbo
     for (size_t k = 0; k < count; ++k) v += w[k] * in[k][i];
     p[i] = v;
   }
+};
+
+struct Average {  // ParamAverage::update, value by value
+  float* avg;
+  const float* p;
+  float decay;
+  DPG_HD void operator()(size_t i) const { avg[i] = decay * avg[i] + (1.0f - decay) * p[i]; }
 };
 
 // One step's counters, reduced on the device in one pass.
@@ -530,7 +540,9 @@ class Impl final : public DeviceMlp {
     noise_.resize(total + (total % 2));  // cuRAND draws normals in pairs
     velocity_.resize(total);
     velocity_.zero();
+    average_.resize(total);
     upload_params(params);
+    average_.from_host(params);
   }
 
   ~Impl() override {
@@ -676,9 +688,19 @@ class Impl final : public DeviceMlp {
     started_ = started;
   }
 
+  void average_step(float decay) override {
+    select();
+    for_n(num_params_, Average{average_.data(), params_.data(), decay});
+    sync();
+  }
   bool momentum_started() const override { return started_; }
   float* device_data(DeviceArray which) override {
-    return which == DeviceArray::params ? params_.data() : grad_.data();
+    switch (which) {
+      case DeviceArray::params: return params_.data();
+      case DeviceArray::gradient: return grad_.data();
+      case DeviceArray::average: return average_.data();
+    }
+    return nullptr;
   }
   void stream_out(DeviceArray which, std::span<const std::pair<size_t, size_t>> ranges,
                   const ReadyRange& ready) override {
@@ -848,7 +870,7 @@ class Impl final : public DeviceMlp {
 #endif
   curandGenerator_t gen_ = nullptr;
 
-  Buffer<float> params_, grad_, noise_, velocity_;
+  Buffer<float> params_, grad_, noise_, velocity_, average_;
   bool started_ = false;
   Buffer<float> x_;
   Buffer<std::int32_t> y_;

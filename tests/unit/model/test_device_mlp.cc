@@ -144,6 +144,17 @@ void check_close(const std::vector<float>& dev, const std::vector<float>& ref, d
   CHECK(bad == 0);
 }
 
+// Element-wise work written as the CPU's code: the host instance gives its bits (the same
+// compiler, the same expressions, the same fused multiply-adds); nvcc may fuse otherwise, which
+// moves a value by an ulp or two.
+void check_same_arithmetic(const std::vector<float>& dev, const std::vector<float>& ref) {
+#ifdef DPG_TEST_CUDA
+  check_close(dev, ref, 1e-6);
+#else
+  CHECK(dev == ref);
+#endif
+}
+
 std::vector<float> download(const DeviceMlp& d) {
   std::vector<float> g(d.num_params());
   d.download_gradient(g);
@@ -364,7 +375,7 @@ TEST_CASE("device: staged copies carry each range in order, and back in at an of
   CHECK_THROWS_AS(dev->stream_in(dpg::model::DeviceArray::params, n - 1, part), dpg::Error);
 }
 
-TEST_CASE("device: mixing the neighbour buffers gives collective::mix_range's bits") {
+TEST_CASE("device: mixing the neighbour buffers is collective::mix_range's arithmetic") {
   const Mlp cpu(spec_of(Activation::relu), 13);
   auto dev = make(cpu);
   const std::size_t n = cpu.num_params();
@@ -384,16 +395,32 @@ TEST_CASE("device: mixing the neighbour buffers gives collective::mix_range's bi
   dpg::collective::mix_range(want, 0.325f, cpu.params(), weights, pieces, 0, n);
   std::vector<float> got(n);
   dev->download_params(got);
-  CHECK(got == want);
+  check_same_arithmetic(got, want);
   // Fewer neighbours than buffers: the first ones; more: refused.
   dev->upload_params(cpu.params());
   dev->mix_params(0.5f, std::span<const float>(weights).first(1));
   dpg::collective::mix_range(want, 0.5f, cpu.params(), std::span<const float>(weights).first(1),
                              std::span(pieces).first(1), 0, n);
   dev->download_params(got);
-  CHECK(got == want);
+  check_same_arithmetic(got, want);
   const std::vector<float> four(4, 0.1f);
   CHECK_THROWS_AS(dev->mix_params(0.6f, four), dpg::Error);
+}
+
+TEST_CASE("device: the moving average is ParamAverage's, and starts at the model's parameters") {
+  Mlp cpu(spec_of(Activation::relu), 14);
+  auto dev = make(cpu);
+  dpg::train::ParamAverage avg(cpu.params(), 0.9);
+  dpg::Rng rng(8);
+  for (int step = 0; step < 3; ++step) {
+    for (float& v : cpu.params()) v += 0.1f * static_cast<float>(rng.normal());
+    dev->upload_params(cpu.params());
+    dev->average_step(static_cast<float>(avg.decay()));
+    avg.update(cpu.params());
+  }
+  std::vector<float> got(cpu.num_params());
+  dpg::model::stream_out_all(*dev, dpg::model::DeviceArray::average, got);
+  check_same_arithmetic(got, {avg.values().begin(), avg.values().end()});
 }
 
 TEST_CASE("device: a row index past the resident rows, or a label out of range, is refused") {

@@ -66,6 +66,7 @@ class CountingDevice final : public model::DeviceMlp {
     n_["momentum in"] += static_cast<long long>(v.size());
     inner_->restore_momentum(v, started);
   }
+  void average_step(float decay) override { inner_->average_step(decay); }
   bool momentum_started() const override { return inner_->momentum_started(); }
   float* device_data(DeviceArray which) override { return inner_->device_data(which); }
   void stream_out(DeviceArray which, std::span<const std::pair<std::size_t, std::size_t>> ranges,
@@ -88,7 +89,7 @@ class CountingDevice final : public model::DeviceMlp {
 
  private:
   static std::string name(DeviceArray a) {
-    return a == DeviceArray::params ? "params" : "gradient";
+    return a == DeviceArray::params ? "params" : a == DeviceArray::gradient ? "gradient" : "average";
   }
   std::unique_ptr<model::DeviceMlp> inner_;
   std::map<std::string, long long>& n_;
@@ -182,6 +183,7 @@ TEST_CASE("device-resident: non-private gossip and local SGD on the device reach
     c.lr = 0.3;
     c.momentum = 0.5;
     c.local_steps = 2;
+    c.ema_decay = 0.9;  // the reported model is the average, kept on the device
     Options o;
     if (algo == Algo::gossip) o.phases = test::graph_phases("ring", 3);
     const auto dev = run(c, 3, o);
@@ -193,12 +195,18 @@ TEST_CASE("device-resident: non-private gossip and local SGD on the device reach
       CHECK(test::max_abs_diff(dev[r].params, cpu[r].params) < 1e-4 * test::max_abs(cpu[r].params));
     }
     CHECK(dev[0].summary.test_accuracy == doctest::Approx(cpu[0].summary.test_accuracy).epsilon(0.01));
+    REQUIRE(dev[0].epochs.size() == 2);
+    for (std::size_t e = 0; e < 2; ++e) {
+      CHECK(dev[0].epochs[e].test_loss ==
+            doctest::Approx(cpu[0].epochs[e].test_loss).epsilon(1e-3));
+    }
   }
 }
 
 TEST_CASE("device-resident: only what goes on the wire leaves the device") {
   TrainConfig c = test::small_config(Algo::allreduce);
   c.epochs = 2;
+  c.ema_decay = 0.9;  // averaged on the device too
   std::vector<std::map<std::string, long long>> staged, direct, gossip;
   const auto first = run(c, 2, {}, &staged);
   require_ok(first);
@@ -220,7 +228,9 @@ TEST_CASE("device-resident: only what goes on the wire leaves the device") {
       const long long wire = t == &gossip[r] ? steps * n : 0;  // gossip's messages
       CHECK((*t)["params in"] == n + wire);
       CHECK((*t)["momentum in"] == n);
+      CHECK((*t)["average in"] == n);
       CHECK((*t)["params out"] == 2 * n + wire);
+      CHECK((*t)["average out"] == 2 * n);
     }
     // All-reduce over the transport: the gradient out and its sum back, each step.
     CHECK(staged[r]["gradient out"] == steps * n);
@@ -235,10 +245,12 @@ TEST_CASE("device-resident: only what goes on the wire leaves the device") {
 }
 
 TEST_CASE("device-resident: a stopped and resumed run ends with the uninterrupted run's model") {
-  // The model and momentum come back for the checkpoint and go to the device after the resume.
+  // The model, momentum and average come back for the checkpoint and go to the device after the
+  // resume.
   TrainConfig c = test::small_config(Algo::gossip);
   c.epochs = 2;
   c.momentum = 0.9;
+  c.ema_decay = 0.9;
   Options o;
   o.phases = test::graph_phases("ring", 3);
   const auto whole = run(c, 3, o);
@@ -263,5 +275,9 @@ TEST_CASE("device-resident: a stopped and resumed run ends with the uninterrupte
     CHECK(resumed[r].summary.resumed_from == stopped[0].summary.stopped_at);
     CHECK(resumed[r].params == whole[r].params);
     CHECK(resumed[r].summary.epsilon == whole[r].summary.epsilon);
+    // The reported model is the moving average: it too went through the checkpoint.
+    CHECK(resumed[r].summary.test_accuracy == whole[r].summary.test_accuracy);
+    REQUIRE(!resumed[r].epochs.empty());
+    CHECK(resumed[r].epochs.back().test_loss == whole[r].epochs.back().test_loss);
   }
 }
