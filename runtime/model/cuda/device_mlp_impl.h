@@ -76,8 +76,9 @@ inline void check(curandStatus_t e, const char* what) {
   }
 }
 
-// An array in device memory; resize() keeps nothing.
-template <typename T>
+// An array in device memory, or with `pinned` in host memory the copy engine reads and writes
+// directly (page-locked with CUDA; plain memory in the host instance); resize() keeps nothing.
+template <typename T, bool pinned = false>
 class Buffer {
  public:
   Buffer() = default;
@@ -94,8 +95,10 @@ class Buffer {
     release();
 #if defined(DPG_DEVICE_CUDA)
     void* p = nullptr;
-    check(cudaMalloc(&p, n * sizeof(T)),
-          ("cudaMalloc of " + std::to_string(n * sizeof(T)) + " bytes").c_str());
+    check(pinned ? cudaHostAlloc(&p, n * sizeof(T), cudaHostAllocDefault)
+                 : cudaMalloc(&p, n * sizeof(T)),
+          ((pinned ? "cudaHostAlloc of " : "cudaMalloc of ") + std::to_string(n * sizeof(T)) +
+           " bytes").c_str());
     data_ = static_cast<T*>(p);
 #else
     data_ = new T[n];
@@ -137,7 +140,11 @@ class Buffer {
   void release() {
     if (data_ == nullptr) return;
 #if defined(DPG_DEVICE_CUDA)
-    cudaFree(data_);
+    if (pinned) {
+      cudaFreeHost(data_);
+    } else {
+      cudaFree(data_);
+    }
 #else
     delete[] data_;
 #endif
@@ -146,44 +153,6 @@ class Buffer {
   }
   T* data_ = nullptr;
   size_t size_ = 0;
-  size_t capacity_ = 0;
-};
-
-// Host memory the copy engine reads and writes directly (page-locked with CUDA; plain memory in
-// the host instance). resize() keeps nothing.
-class Pinned {
- public:
-  Pinned() = default;
-  Pinned(const Pinned&) = delete;
-  Pinned& operator=(const Pinned&) = delete;
-  ~Pinned() { release(); }
-  float* data() { return data_; }
-  void resize(size_t n) {
-    if (n <= capacity_) return;
-    release();
-#if defined(DPG_DEVICE_CUDA)
-    void* p = nullptr;
-    check(cudaHostAlloc(&p, n * sizeof(float), cudaHostAllocDefault),
-          ("cudaHostAlloc of " + std::to_string(n * sizeof(float)) + " bytes").c_str());
-    data_ = static_cast<float*>(p);
-#else
-    data_ = new float[n];
-#endif
-    capacity_ = n;
-  }
-
- private:
-  void release() {
-    if (data_ == nullptr) return;
-#if defined(DPG_DEVICE_CUDA)
-    cudaFreeHost(data_);
-#else
-    delete[] data_;
-#endif
-    data_ = nullptr;
-    capacity_ = 0;
-  }
-  float* data_ = nullptr;
   size_t capacity_ = 0;
 };
 
@@ -284,7 +253,7 @@ class Staging {
     check(cudaStreamSynchronize(stream_), "the staging copies");
 #endif
   }
-  Pinned buffer_;
+  Buffer<float, true> buffer_;
 #if defined(DPG_DEVICE_CUDA)
   cudaStream_t stream_ = nullptr;
   cudaEvent_t events_[kSlots] = {};
