@@ -281,3 +281,27 @@ TEST_CASE("device-resident: a stopped and resumed run ends with the uninterrupte
     CHECK(resumed[r].epochs.back().test_loss == whole[r].epochs.back().test_loss);
   }
 }
+
+TEST_CASE("device: the parameter servers and AD-PSGD keep the host model, sent down every step") {
+  // Their models arrive from, or are read by, other peers' messages on the host.
+  for (const Algo algo : {Algo::ps_sync, Algo::ad_psgd}) {
+    CAPTURE(to_string(algo));
+    TrainConfig c = test::small_config(algo);
+    c.epochs = 1;
+    Options o;
+    if (algo == Algo::ad_psgd) o.phases = test::graph_phases("ring", 4);
+    std::vector<std::map<std::string, long long>> traffic;
+    const auto res = run(c, 4, o, &traffic);
+    require_ok(res);
+    const auto n = static_cast<long long>(res[0].params.size());
+    for (int r = 0; r < 4; ++r) {
+      CAPTURE(r);
+      const long long steps = traffic[r]["steps"];
+      REQUIRE(steps > 0);
+      CHECK(traffic[r]["params in"] == steps * n);     // the host model before each step
+      CHECK(traffic[r]["gradient out"] == steps * n);  // the released gradient after it
+      CHECK(traffic[r]["momentum in"] == 0);           // the optimiser stays on the host
+    }
+    CHECK(res[0].summary.test_accuracy > 0.7);
+  }
+}
