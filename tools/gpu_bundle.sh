@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Packs what tools/gpu_checks.sh needs on a GPU machine that has CUDA 13 and NCCL but not
-# Debian's packages (no package archive there): the dpgossip binary and the GPU test programs of
-# ./build, the shared libraries they load from Debian (not CUDA's, NCCL's, glibc's or the C++
-# runtime's, which that machine has), and Fashion-MNIST's IDX files. Writes .gpu/bundle.tar.xz
-# (about 30 MB; .gpu/ is git-ignored). Run after tools/setup.sh; docs/GPU.md says how to use it.
+# Debian's packages (no package archive there): the dpgossip binary and the GPU test programs,
+# built in ./build-gpu for x86-64-v3 (AVX2 and FMA, not this machine's every instruction: the GPU
+# machine's processor may lack some), the shared libraries they load from Debian (not CUDA's,
+# NCCL's, glibc's or the C++ runtime's, which that machine has), and Fashion-MNIST's IDX files.
+# Writes .gpu/bundle.tar.xz (about 50 MB; .gpu/ and build-gpu/ are git-ignored). Run after
+# tools/setup.sh; docs/GPU.md says how to use it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
+build=build-gpu
 programs=(apps/dpgossip tests/unit/model/test_device_mlp_cuda tests/unit/collective/test_nccl)
+[ -f "$build/build.ninja" ] || meson setup "$build" -Dmarch=x86-64-v3 >/dev/null
+ninja -C "$build" "${programs[@]}" >/dev/null
 stage=.gpu/stage
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/fashion-mnist"
