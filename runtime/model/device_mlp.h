@@ -136,6 +136,11 @@ class DeviceMlp {
                                    std::span<const std::int32_t> labels) = 0;
 };
 
+// The values a staged copy moves at a time, where the caller has no pieces of its own: large
+// enough that a copy's fixed cost (some microseconds) is small beside its transfer, small enough
+// that the four staging buffers stay a few MB.
+inline constexpr std::size_t kStagingChunk = 256 * 1024;
+
 // [0, count) in ranges of at most `chunk` values (one empty range when count is 0), for
 // DeviceMlp::stream_out.
 inline std::vector<std::pair<std::size_t, std::size_t>> chunk_ranges(std::size_t count,
@@ -149,8 +154,7 @@ inline std::vector<std::pair<std::size_t, std::size_t>> chunk_ranges(std::size_t
 
 // The whole of `which` into `out` (num_params() values), through the staging buffers.
 inline void stream_out_all(DeviceMlp& device, DeviceArray which, std::span<float> out) {
-  constexpr std::size_t kChunk = 256 * 1024;
-  device.stream_out(which, chunk_ranges(out.size(), kChunk),
+  device.stream_out(which, chunk_ranges(out.size(), kStagingChunk),
                     [&](std::size_t offset, std::span<const float> v) {
                       std::copy(v.begin(), v.end(), out.begin() + static_cast<long>(offset));
                     });

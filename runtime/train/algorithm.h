@@ -11,14 +11,21 @@
 //
 // and around the loop: release() at every evaluation (the model that is reported), finish() after
 // the last step, and at the step boundaries where the peers agree to stop or checkpoint,
-// quiesce(), save() and restore() (docs/RELIABILITY.md). An algorithm sees only privatised gradients (dp::PrivateGradient) and models
-// updated from them, so nothing it sends can depend on an un-noised gradient.
+// quiesce(), save() and restore() (docs/RELIABILITY.md). An algorithm sees only privatised
+// gradients (dp::PrivateGradient) and models updated from them, so nothing it sends can depend on
+// an un-noised gradient.
+//
+// On a GPU (--device cuda), an algorithm that updates on the device has the same step with the
+// model kept there: before_gradient_on_device(t), the device's released gradient (its gradient
+// array holds nothing else: the device noises the clipped sum before anything reads it), then
+// apply_on_device(t, ...) (below, "Device-resident training").
 //
 // Adding an algorithm: write a class deriving from Algorithm in its own file (algo_*.cc), give it
 // a line in the table in algorithm.cc (its name, how its noise reaches the model, whether its
 // transport must move data while the peer computes, which peers it talks to, and its factory),
 // and a value in the `Algo` enum and its names (runtime/core/train_config.h). Nothing in the
-// trainer changes.
+// trainer changes. Updating on the device is optional: without it, a GPU peer's host model goes
+// to the device before each step.
 #pragma once
 
 #include <cstddef>

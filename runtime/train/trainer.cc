@@ -255,7 +255,7 @@ std::optional<dp::PrivateGradient> Trainer::device_gradient(RunState& s, long lo
       ranges.emplace_back(p.range.first, p.range.second - p.range.first);
     }
   } else {
-    ranges = model::chunk_ranges(s.model.num_params(), 256 * 1024);
+    ranges = model::chunk_ranges(s.model.num_params(), model::kStagingChunk);
   }
   dp::GaussianMechanism::PartSink on_part;
   if (streams) {

@@ -162,9 +162,6 @@ class Buffer {
 class Staging {
  public:
   static constexpr size_t kSlots = 4;
-  // stream_in's chunk: large enough that a copy's fixed cost (some microseconds) is small beside
-  // its transfer, small enough that four of them stay a few MB.
-  static constexpr size_t kChunk = 256 * 1024;
 
   Staging() = default;
   Staging(const Staging&) = delete;
@@ -213,7 +210,7 @@ class Staging {
 
   void in(float* dst, std::span<const float> values) {
     if (values.empty()) return;
-    const size_t chunk = std::min(kChunk, values.size());
+    const size_t chunk = std::min(kStagingChunk, values.size());
     drain();
     buffer_.resize(kSlots * chunk);
     const size_t chunks = (values.size() + chunk - 1) / chunk;
