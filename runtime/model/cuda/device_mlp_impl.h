@@ -335,19 +335,20 @@ struct SoftmaxXent {
 };
 
 // sq[i] (+)= |g_i|^2 (|a_i|^2 + 1): one layer's share of example i's squared gradient norm.
+struct Square {  // out = x * x, element by element
+  const float* x;
+  float* out;
+  DPG_HD void operator()(size_t k) const { out[k] = x[k] * x[k]; }
+};
+
+// One layer's share of each example's squared gradient norm, |g_i|^2 (|a_i|^2 + 1), from the row
+// sums of squares of its output gradient (g2) and input (a2), added to the earlier layers'.
 struct GhostNorm {
-  const float* a;
-  const float* g;
-  size_t in, out;
+  const float* a2;
+  const float* g2;
   float* sq;
   bool first;
-  DPG_HD void operator()(size_t i) const {
-    float a2 = 0.0f;
-    for (size_t c = 0; c < in; ++c) a2 += a[i * in + c] * a[i * in + c];
-    float g2 = 0.0f;
-    for (size_t c = 0; c < out; ++c) g2 += g[i * out + c] * g[i * out + c];
-    sq[i] = (first ? 0.0f : sq[i]) + g2 * (a2 + 1.0f);
-  }
+  DPG_HD void operator()(size_t i) const { sq[i] = (first ? 0.0f : sq[i]) + g2[i] * (a2[i] + 1.0f); }
 };
 
 // dp::clip_factors's rule: min(1, C / (|g| + 1e-6)), 0 for a non-finite norm.
@@ -577,8 +578,9 @@ class Impl final : public DeviceMlp {
       const float* scale = nullptr;
       if (dp.enabled) {
         for (int l = 0; l < layers(); ++l) {
-          for_n(b, GhostNorm{act_[l].data(), grad_of_[l].data(), width(l), width(l + 1),
-                             sq_.data(), l == 0});
+          row_squares(act_[l].data(), b, width(l), a2_.data());
+          row_squares(grad_of_[l].data(), b, width(l + 1), g2_.data());
+          for_n(b, GhostNorm{a2_.data(), g2_.data(), sq_.data(), l == 0});
         }
         for_n(b, ClipFactor{sq_.data(), scale_.data(), dp.clip_norm});
         scale = scale_.data();
@@ -764,11 +766,23 @@ class Impl final : public DeviceMlp {
     grad_of_.resize(widths_.size() - 1);
     for (size_t l = 0; l < widths_.size(); ++l) act_[l].resize(capacity_ * widths_[l]);
     for (size_t l = 0; l + 1 < widths_.size(); ++l) grad_of_[l].resize(capacity_ * widths_[l + 1]);
-    for (auto* v : {&loss_, &sq_, &scale_, &ones_}) v->resize(capacity_);
+    for (auto* v : {&loss_, &sq_, &scale_, &a2_, &g2_}) v->resize(capacity_);
+    const size_t widest = *std::max_element(widths_.begin(), widths_.end());
+    squares_.resize(capacity_ * widest);
+    ones_.resize(std::max(capacity_, widest));  // a batch's ones (bias sums), a row's (norms)
     correct_.resize(capacity_);
     labels_.resize(capacity_);
     idx_.resize(capacity_);
-    for_n(capacity_, Fill{ones_.data(), 1.0f});
+    for_n(ones_.size(), Fill{ones_.data(), 1.0f});
+  }
+
+  // out[i] = sum_c x[i][c]^2 over the rows of the (rows, cols) matrix x: the squares element by
+  // element, then their row sums as a matrix-vector product. Both read memory in order, with a
+  // thread per element, where a loop per row would leave a GPU a thread per example.
+  void row_squares(const float* x, size_t rows, size_t cols, float* out) {
+    for_n(rows * cols, Square{x, squares_.data()});
+    gemm(false, false, static_cast<int>(rows), 1, static_cast<int>(cols), 1.0f, squares_.data(),
+         static_cast<int>(cols), ones_.data(), 1, 0.0f, out, 1);
   }
 
   void forward(size_t b) {
@@ -844,7 +858,7 @@ class Impl final : public DeviceMlp {
 
   size_t capacity_ = 0;
   std::vector<Buffer<float>> act_, grad_of_;
-  Buffer<float> loss_, sq_, scale_, ones_;
+  Buffer<float> loss_, sq_, scale_, ones_, a2_, g2_, squares_;
   Buffer<std::uint8_t> correct_;
   Buffer<std::int32_t> labels_;
   Buffer<std::uint32_t> idx_;
