@@ -149,6 +149,24 @@ PrivacyPlan plan_privacy(const PlanInputs& in) {
   return p;
 }
 
+PrivacyPlan plan_with_multiplier_from(const PlanInputs& in, double sigma, const std::string& from) {
+  require(in.dp && in.noise_multiplier == 0, "a multiplier from " + from +
+                                                 " replaces only a calibration (dp on, noise_multiplier 0)");
+  require(!in.secure_aggregation, "secure aggregation calibrates its own noise on its grid");
+  require(sigma > 0 && std::isfinite(sigma), from + "'s noise multiplier " + std::to_string(sigma) +
+                                                 " is not a positive number");
+  PlanInputs given = in;
+  given.noise_multiplier = sigma;
+  PrivacyPlan p = plan_privacy(given);
+  const double eps = epsilon_for(p.accountant_q(), sigma, p.steps, in.delta, in.accountant).epsilon;
+  if (!(eps <= in.target_epsilon)) {
+    fail(Code::failed_precondition,
+         from + "'s noise multiplier " + std::to_string(sigma) + " gives epsilon " +
+             std::to_string(eps) + " here, above target_epsilon " + std::to_string(in.target_epsilon));
+  }
+  return p;
+}
+
 PrivacySpent PrivacyPlan::model_after(long long t) const {
   if (dp && secure_aggregation) {
     return skellam_epsilon(accountant_q(), secagg.mu, secagg.l1, secagg.l2, t, delta);

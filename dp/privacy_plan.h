@@ -124,4 +124,12 @@ struct PrivacyPlan {
 
 PrivacyPlan plan_privacy(const PlanInputs& in);
 
+// The plan for `in` (which asks for calibration: noise_multiplier 0) with the multiplier `sigma`
+// that another party's calibration found, checked here as calibration guarantees its result: the
+// epsilon at the plan's accounting rate and steps, by in's accountant, is at most
+// in.target_epsilon. One evaluation instead of a search, and no trust in the other party: a sigma
+// that misses the target throws failed_precondition naming `from`. Not for secure aggregation,
+// whose noise is calibrated on its grid (invalid_argument).
+PrivacyPlan plan_with_multiplier_from(const PlanInputs& in, double sigma, const std::string& from);
+
 }  // namespace dpg::dp

@@ -127,7 +127,7 @@ Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicat
   }
 }
 
-dp::PrivacyPlan Trainer::agreed_plan(dp::PlanInputs in) const {
+dp::PrivacyPlan Trainer::agreed_plan(const dp::PlanInputs& in) const {
   // The noise multiplier's search (a dozen accountant evaluations, seconds with PLD at small
   // rates) runs once, on rank 0, not on every peer at once. Each other peer takes rank 0's
   // multiplier only after checking that it meets the target by its own evaluation, the property
@@ -147,24 +147,17 @@ dp::PrivacyPlan Trainer::agreed_plan(dp::PlanInputs in) const {
       error = std::current_exception();
     }
   }
-  comm_->broadcast(std::as_writable_bytes(std::span<double>(&sigma, 1)), 0);
+  try {
+    comm_->broadcast(std::as_writable_bytes(std::span<double>(&sigma, 1)), 0);
+  } catch (const Error& e) {
+    fail(e.code(), std::string("waiting for rank 0's calibrated noise multiplier: ") + e.what());
+  }
   if (rank() == 0) {
     if (error) std::rethrow_exception(error);
     return *mine;
   }
-  if (!(sigma > 0) || !std::isfinite(sigma)) return dp::plan_privacy(in);  // rank 0's error here
-  const double target = in.target_epsilon;
-  in.noise_multiplier = sigma;
-  dp::PrivacyPlan p = dp::plan_privacy(in);
-  const double eps =
-      dp::epsilon_for(p.accountant_q(), sigma, p.steps, in.delta, in.accountant).epsilon;
-  if (!(eps <= target)) {
-    fail(Code::failed_precondition,
-         "rank " + std::to_string(rank()) + ": rank 0's noise multiplier " + std::to_string(sigma) +
-             " gives epsilon " + std::to_string(eps) + " here, above target_epsilon " +
-             std::to_string(target));
-  }
-  return p;
+  if (std::isnan(sigma)) return dp::plan_privacy(in);  // rank 0 failed: the same error here
+  return dp::plan_with_multiplier_from(in, sigma, "rank " + std::to_string(rank()) + ": rank 0");
 }
 
 Trainer::~Trainer() = default;

@@ -123,7 +123,7 @@ class Trainer {
   void log_start() const;
   // The run's privacy plan: the noise multiplier calibrated by rank 0 and checked by the others
   // (collective), or computed by each peer where nothing is searched for.
-  dp::PrivacyPlan agreed_plan(dp::PlanInputs in) const;
+  dp::PrivacyPlan agreed_plan(const dp::PlanInputs& in) const;
   // The last step of `epoch` (1-based; 0 gives 0).
   long long epoch_end(int epoch) const;
 

@@ -218,3 +218,28 @@ TEST_CASE("secure aggregation: one peer, or a release that is not summed, is ref
   own.num_params = 1000;
   CHECK_THROWS_WITH(dp::plan_privacy(own), doctest::Contains("summed release"));
 }
+
+TEST_CASE("another party's calibrated multiplier: the same plan when it meets the target, else refused") {
+  for (const auto release : {dp::Release::summed, dp::Release::own}) {
+    auto in = inputs(release, {15000, 15000, 20000, 10000});
+    in.distributed_noise = true;
+    const auto searched = dp::plan_privacy(in);
+    const auto taken = dp::plan_with_multiplier_from(in, searched.sigma, "rank 0");
+    CHECK(taken.sigma == searched.sigma);
+    CHECK(taken.model_sigma == searched.model_sigma);
+    CHECK(taken.peer_sigma == searched.peer_sigma);
+    CHECK(taken.message_sigma == searched.message_sigma);
+    CHECK(taken.steps == searched.steps);
+    CHECK(taken.model_after(taken.steps).epsilon == searched.model_after(searched.steps).epsilon);
+    // 1% less noise than the search's smallest: above the target, whatever the other party says.
+    CHECK_THROWS_WITH_AS(dp::plan_with_multiplier_from(in, searched.sigma * 0.99, "rank 1: rank 0"),
+                         doctest::Contains("rank 1: rank 0's noise multiplier"), dpg::Error);
+    CHECK_THROWS_WITH_AS(dp::plan_with_multiplier_from(in, searched.sigma * 0.99, "rank 0"),
+                         doctest::Contains("above target_epsilon 3"), dpg::Error);
+    CHECK_THROWS_AS(dp::plan_with_multiplier_from(in, std::nan(""), "rank 0"), dpg::Error);
+    CHECK_THROWS_AS(dp::plan_with_multiplier_from(in, -1.0, "rank 0"), dpg::Error);
+  }
+  auto in = inputs(dp::Release::summed, {30000, 30000});
+  in.noise_multiplier = 1.0;  // nothing to calibrate: nothing to take
+  CHECK_THROWS_AS(dp::plan_with_multiplier_from(in, 1.0, "rank 0"), dpg::Error);
+}

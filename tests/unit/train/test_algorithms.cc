@@ -54,7 +54,7 @@ TEST_CASE("gossip: the replicas differ, every epoch line and the summary agree o
   CHECK(s.extra["topology"] == "ring");
 }
 
-TEST_CASE("the noise multiplier is searched for once, and each peer checks it meets its target") {
+TEST_CASE("the noise multiplier is searched for once, and every peer holds the search's result") {
   TrainConfig c = test::small_config(Algo::gossip);
   c.epochs = 1;
   c.noise_multiplier = 0;
@@ -78,14 +78,5 @@ TEST_CASE("the noise multiplier is searched for once, and each peer checks it me
     CHECK(res[r].summary.epsilon <= 3.0);
     CHECK(res[r].summary.epsilon > 2.9);
   }
-  // A peer asked for less epsilon than rank 0's multiplier gives refuses it.
-  res = test::run_peers(
-      3, c, 400, phases, std::chrono::seconds(3), {}, {}, [&](int r) {
-        TrainConfig mine = c;
-        if (r == 1) mine.target_epsilon = 1;
-        return mine;
-      });
-  CAPTURE(res[1].error);
-  CHECK(res[1].error.find("rank 1: rank 0's noise multiplier") != std::string::npos);
-  CHECK(res[1].error.find("above target_epsilon 1") != std::string::npos);
+  // A peer's check of another's multiplier: dp::plan_with_multiplier_from (unit_dp_privacy_plan).
 }
