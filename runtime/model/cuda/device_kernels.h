@@ -1,0 +1,227 @@
+// The device MLP's element-wise and reduction work, one functor each, the same code on both
+// backends, and for_n, which runs a functor over an index range.
+// Included only by device_mlp_impl.h, after it has chosen the backend (DPG_DEVICE_CUDA or
+// DPG_DEVICE_HOST) and included its headers.
+#pragma once
+
+#ifndef DPG_HD
+#error "include runtime/model/cuda/device_mlp_impl.h, not this part of it"
+#endif
+
+namespace dpg::model::DPG_DEVICE_NS {
+
+using std::size_t;
+
+// ---------------------------------------------------------------------------------------------
+// The element-wise and reduction work, one functor each (the same code on both backends).
+
+struct Gather {  // the batch's rows and labels from the resident ones
+  const float* x;
+  const std::int32_t* y;
+  const std::uint32_t* rows;
+  float* out;
+  std::int32_t* labels;
+  size_t width;
+  DPG_HD void operator()(size_t k) const {
+    const size_t i = k / width;
+    const size_t c = k % width;
+    out[k] = x[static_cast<size_t>(rows[i]) * width + c];
+    if (c == 0) labels[i] = y[rows[i]];
+  }
+};
+
+enum class Act : int { none, relu, tanh };
+
+struct BiasActivation {  // z = act(z + bias)
+  float* z;
+  const float* bias;
+  size_t cols;
+  Act act;
+  DPG_HD void operator()(size_t k) const {
+    const float v = z[k] + bias[k % cols];
+    z[k] = act == Act::relu ? (v > 0.0f ? v : 0.0f) : act == Act::tanh ? tanhf(v) : v;
+  }
+};
+
+struct ActivationBackward {  // g *= act'(.) from the activation's output a
+  float* g;
+  const float* a;
+  Act act;
+  DPG_HD void operator()(size_t k) const {
+    if (act == Act::relu) {
+      g[k] = a[k] > 0.0f ? g[k] : 0.0f;
+    } else {
+      g[k] *= 1.0f - a[k] * a[k];
+    }
+  }
+};
+
+// Per row of logits: loss = logsumexp - logit[label], the first argmax against the label, and
+// (grad not null) softmax - onehot, as kernels::softmax_xent does.
+struct SoftmaxXent {
+  const float* logits;
+  const std::int32_t* labels;
+  size_t classes;
+  float* loss;
+  std::uint8_t* correct;
+  float* grad;
+  DPG_HD void operator()(size_t r) const {
+    const float* z = logits + r * classes;
+    size_t best = 0;
+    float zmax = z[0];
+    for (size_t c = 1; c < classes; ++c) {
+      if (z[c] > zmax) {
+        zmax = z[c];
+        best = c;
+      }
+    }
+    float sum = 0.0f;
+    for (size_t c = 0; c < classes; ++c) sum += expf(z[c] - zmax);
+    const auto label = static_cast<size_t>(labels[r]);
+    loss[r] = logf(sum) + zmax - z[label];
+    correct[r] = best == label ? 1 : 0;
+    if (grad != nullptr) {
+      float* g = grad + r * classes;
+      const float inv = 1.0f / sum;
+      for (size_t c = 0; c < classes; ++c) g[c] = expf(z[c] - zmax) * inv;
+      g[label] -= 1.0f;
+    }
+  }
+};
+
+// sq[i] (+)= |g_i|^2 (|a_i|^2 + 1): one layer's share of example i's squared gradient norm.
+struct Square {  // out = x * x, element by element
+  const float* x;
+  float* out;
+  DPG_HD void operator()(size_t k) const { out[k] = x[k] * x[k]; }
+};
+
+// One layer's share of each example's squared gradient norm, |g_i|^2 (|a_i|^2 + 1), from the row
+// sums of squares of its output gradient (g2) and input (a2), added to the earlier layers'.
+struct GhostNorm {
+  const float* a2;
+  const float* g2;
+  float* sq;
+  bool first;
+  DPG_HD void operator()(size_t i) const { sq[i] = (first ? 0.0f : sq[i]) + g2[i] * (a2[i] + 1.0f); }
+};
+
+// dp::clip_factors's rule: min(1, C / (|g| + 1e-6)), 0 for a non-finite norm.
+struct ClipFactor {
+  const float* sq;
+  float* scale;
+  float clip;
+  DPG_HD void operator()(size_t i) const {
+    const float n2 = sq[i];
+    scale[i] = isfinite(n2) ? fminf(1.0f, clip / (sqrtf(n2) + 1e-6f)) : 0.0f;
+  }
+};
+
+// Scales each example's output gradient by its clip factor; a dropped example's output gradient
+// and input activation become zeros (never 0 * inf in the sum).
+struct ClipRows {
+  float* g;
+  float* a;
+  const float* scale;
+  size_t in, out;
+  DPG_HD void operator()(size_t k) const {
+    const size_t width = in > out ? in : out;
+    const size_t i = k / width;
+    const size_t c = k % width;
+    const float s = scale[i];
+    if (c < out) g[i * out + c] = s == 0.0f ? 0.0f : g[i * out + c] * s;
+    if (c < in && s == 0.0f) a[i * in + c] = 0.0f;
+  }
+};
+
+struct Release {  // grad = (sum + noise) * inv; noise may be null
+  float* grad;
+  const float* noise;
+  float inv;
+  DPG_HD void operator()(size_t k) const {
+    grad[k] = (noise != nullptr ? grad[k] + noise[k] : grad[k]) * inv;
+  }
+};
+
+struct SgdUpdate {  // Sgd::apply, value by value
+  float* p;
+  float* v;
+  const float* g;
+  float lr, wd, mu, keep;
+  bool nesterov;
+  DPG_HD void operator()(size_t k) const {
+    if (mu == 0.0f) {
+      p[k] -= lr * (g[k] + wd * p[k]);
+      return;
+    }
+    const float d = g[k] + wd * p[k];
+    v[k] = keep * v[k] + d;
+    p[k] -= lr * (nesterov ? d + mu * v[k] : v[k]);
+  }
+};
+
+struct Fill {
+  float* x;
+  float value;
+  DPG_HD void operator()(size_t k) const { x[k] = value; }
+};
+
+// The two below are written as the CPU's code is (collective::mix_range, ParamAverage::update),
+// so that the host compiler gives the host instance the CPU's bits, fused multiply-adds
+// included. nvcc may fuse differently: the CUDA instance agrees to rounding.
+struct Mix {  // mix_range's order: the own value, then each neighbour's in turn
+  float* p;
+  const float* const* in;
+  const float* w;
+  size_t count;
+  float self;
+  DPG_HD void operator()(size_t i) const {
+    float v = self * p[i];
+    for (size_t k = 0; k < count; ++k) v += w[k] * in[k][i];
+    p[i] = v;
+  }
+};
+
+struct Average {  // ParamAverage::update, value by value
+  float* avg;
+  const float* p;
+  float decay;
+  DPG_HD void operator()(size_t i) const { avg[i] = decay * avg[i] + (1.0f - decay) * p[i]; }
+};
+
+// One step's counters, reduced on the device in one pass.
+struct Counts {
+  double loss = 0.0;
+  unsigned long long correct = 0, dropped = 0, clipped = 0;
+};
+struct CountOf {
+  const float* loss;
+  const std::uint8_t* correct;
+  const float* scale;  // null without DP
+  DPG_HD Counts operator()(size_t i) const {
+    Counts c;
+    const float s = scale != nullptr ? scale[i] : 1.0f;
+    c.loss = s != 0.0f ? static_cast<double>(loss[i]) : 0.0;
+    c.correct = correct[i];
+    c.dropped = s == 0.0f ? 1 : 0;
+    c.clipped = (s < 1.0f && s > 0.0f) ? 1 : 0;
+    return c;
+  }
+};
+struct AddCounts {
+  DPG_HD Counts operator()(const Counts& a, const Counts& b) const {
+    Counts c;
+    c.loss = a.loss + b.loss;
+    c.correct = a.correct + b.correct;
+    c.dropped = a.dropped + b.dropped;
+    c.clipped = a.clipped + b.clipped;
+    return c;
+  }
+};
+
+template <typename F>
+void for_n(size_t n, F f) {
+  if (n > 0) thrust::for_each_n(policy(), thrust::counting_iterator<size_t>(0), n, f);
+}
+
+}  // namespace dpg::model::DPG_DEVICE_NS
