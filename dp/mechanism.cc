@@ -200,7 +200,10 @@ PrivateGradient GaussianMechanism::release_from_device(const DeviceFill& fill,
     if (offset > buffer_.size() || count > buffer_.size() - offset) {
       fail(Code::internal, "release_from_device: a piece beyond the gradient");
     }
-    if (on_part) on_part(PrivateGradient(std::span<const float>(buffer_).subspan(offset, count), sigma()), offset);
+    if (on_part) {
+      on_part(PrivateGradient(std::span<const float>(buffer_).subspan(offset, count), sigma()),
+              offset);
+    }
   });
   return PrivateGradient(buffer_, sigma());
 }

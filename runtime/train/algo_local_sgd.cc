@@ -37,8 +37,15 @@ class LocalSgd final : public Algorithm {
                        const model::DeviceSgdOptions& sgd) override {
     device_->sgd_step(sgd);
     if (!averages_after(t)) return;
-    reduce_on_device(*device_, model::DeviceArray::params, direct_, collective::Reduce::average,
-                     host_, [&](std::span<float> v) { average(v); });
+    if (direct_ != nullptr) {
+      direct_->allreduce(device_->device_data(model::DeviceArray::params), device_->num_params(),
+                         collective::Reduce::average);
+      return;
+    }
+    host_.resize(device_->num_params());
+    model::stream_out_all(*device_, model::DeviceArray::params, host_);
+    average(host_);
+    device_->stream_in(model::DeviceArray::params, 0, host_);
   }
 
   void release(std::span<const float> mine, std::span<float> out) override {

@@ -66,20 +66,6 @@ void Algorithm::mean_over_peers(collective::Communicator& comm, std::span<const 
   comm.allreduce(out, collective::Reduce::average);
 }
 
-void Algorithm::reduce_on_device(model::DeviceMlp& device, model::DeviceArray which,
-                                 collective::DeviceCollectives* direct, collective::Reduce op,
-                                 std::vector<float>& host,
-                                 const std::function<void(std::span<float>)>& reduce) {
-  if (direct != nullptr) {
-    direct->allreduce(device.device_data(which), device.num_params(), op);
-    return;
-  }
-  host.resize(device.num_params());
-  model::stream_out_all(device, which, host);
-  reduce(host);
-  device.stream_in(which, 0, host);
-}
-
 std::optional<collective::Hierarchy> make_hierarchy(const AlgoSetup& s) {
   if (!s.config.hierarchical) return std::nullopt;
   std::vector<int> host_of = s.host_of;

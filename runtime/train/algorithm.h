@@ -29,7 +29,6 @@
 #pragma once
 
 #include <cstddef>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -149,13 +148,6 @@ class Algorithm {
   // The mean over every peer of `mine`, into `out`.
   static void mean_over_peers(collective::Communicator& comm, std::span<const float> mine,
                               std::span<float> out);
-  // The device model's array `which` reduced over every peer in place: by `direct` on the
-  // device's memory, or else copied out through the staging buffers into `host`, reduced there
-  // by `reduce` (an all-reduce over the transport) and copied back.
-  static void reduce_on_device(model::DeviceMlp& device, model::DeviceArray which,
-                               collective::DeviceCollectives* direct, collective::Reduce op,
-                               std::vector<float>& host,
-                               const std::function<void(std::span<float>)>& reduce);
 };
 
 // The hierarchy of a run with `hierarchical` set (host_of from the setup, else a host per rank),
