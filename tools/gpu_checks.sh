@@ -13,13 +13,31 @@ out=${OUT:-gpu_out}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/dpg_gpu.XXXXXX)
 tar -C "$work" -xJf .gpu/bundle.tar.xz || { echo "gpu_checks: no .gpu/bundle.tar.xz (tools/gpu_bundle.sh)" >&2; exit 1; }
-# CUDA's libraries from the toolkit, NCCL's from it or from PyTorch's nvidia-nccl package.
-nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
-export LD_LIBRARY_PATH="$work/lib:/usr/local/cuda/lib64:${nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin=$work/bin
 summary=$out/summary.txt
 : > "$summary"
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } >> "$summary" 2>&1
+# CUDA's and NCCL's libraries (cudart, cuBLAS, cuRAND, NCCL): from a toolkit if the machine has
+# one, else from PyTorch's nvidia-* wheels (nvidia/<part>/lib, or nvidia/cu13/lib in CUDA 13's
+# layout) or torch/lib. Whatever the programs still cannot find is searched for by name, within
+# a bound, and what stays missing is written to the summary before anything runs.
+libdirs=$(python3 - <<'PY' 2>/dev/null
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+dirs = []
+for r in roots:
+    dirs += sorted(glob.glob(os.path.join(r, "nvidia", "*", "lib")))
+    dirs += sorted(glob.glob(os.path.join(r, "torch", "lib")))
+print(":".join(d for d in dirs if os.path.isdir(d)))
+PY
+)
+export LD_LIBRARY_PATH="$work/lib:/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib${libdirs:+:$libdirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+missing() { ldd "$bin"/* 2>/dev/null | awk '/not found/ { print $1 }' | sort -u; }
+for lib in $(missing); do
+  found=$(timeout 60 find / \( -path /proc -o -path /sys -o -path /dev \) -prune -o -name "$lib" -print 2>/dev/null | head -1)
+  [ -n "$found" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
+done
+echo "libraries: $(missing | tr '\n' ' ')" | sed 's/: $/: all found/' >> "$summary"
 last=$work/last.log
 # check NAME LOG SECONDS COMMAND...: runs it under `timeout`, appending its output to LOG.
 check() {
