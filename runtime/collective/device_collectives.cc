@@ -1,6 +1,7 @@
 #include "runtime/collective/device_collectives.h"
 
 #include <algorithm>
+#include <exception>
 #include <vector>
 
 #include "runtime/core/error.h"
@@ -8,12 +9,34 @@
 
 namespace dpg::collective {
 
+HostMemoryCollectives::~HostMemoryCollectives() {
+  // An exchange still in flight (the caller threw between the halves) is waited for, so that no
+  // receive lands in a buffer freed after this; each wait ends by the transport's deadline, at
+  // once after a failure.
+  for (const auto& h : in_flight_) {
+    try {
+      comm_.transport().wait(h);
+    } catch (const std::exception&) {
+      // The failure is the transport's; whoever uses it next is told.
+    }
+  }
+}
+
 void HostMemoryCollectives::allreduce(float* data, std::size_t count, Reduce op) {
+  finish_exchange();
   comm_.allreduce(std::span<float>(data, count), op);
 }
 
-void HostMemoryCollectives::exchange(std::span<const DeviceSend> sends,
-                                     std::span<const DeviceRecv> recvs) {
+void HostMemoryCollectives::finish_exchange() {
+  net::Transport& t = comm_.transport();
+  std::vector<net::Handle> handles;
+  handles.swap(in_flight_);
+  for (const auto& h : handles) t.wait(h);
+}
+
+void HostMemoryCollectives::start_exchange(std::span<const DeviceSend> sends,
+                                           std::span<const DeviceRecv> recvs) {
+  finish_exchange();
   net::Transport& t = comm_.transport();
   const std::uint64_t round = calls_++;
   // The k-th buffer between two ranks is chunk k of the tag, on both sides alike.
@@ -44,18 +67,16 @@ void HostMemoryCollectives::exchange(std::span<const DeviceSend> sends,
     }
     std::copy_n(to_self[self_k++]->data, r.count, r.data);
   }
-  std::vector<net::Handle> handles;
   for (const auto& r : recvs) {
     if (r.peer == t.rank()) continue;
     const net::Tag tag{net::kOpDeviceExchange, round, received[r.peer]++};
-    handles.push_back(t.recv(r.peer, tag, std::as_writable_bytes(std::span(r.data, r.count))));
+    in_flight_.push_back(t.recv(r.peer, tag, std::as_writable_bytes(std::span(r.data, r.count))));
   }
   for (const auto& s : sends) {
     if (s.peer == t.rank()) continue;
     const net::Tag tag{net::kOpDeviceExchange, round, sent[s.peer]++};
-    handles.push_back(t.send(s.peer, tag, std::as_bytes(std::span(s.data, s.count))));
+    in_flight_.push_back(t.send(s.peer, tag, std::as_bytes(std::span(s.data, s.count))));
   }
-  for (const auto& h : handles) t.wait(h);
 }
 
 }  // namespace dpg::collective

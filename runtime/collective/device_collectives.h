@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include "runtime/collective/communicator.h"
 
@@ -33,24 +34,43 @@ class DeviceCollectives {
   // Gossip's neighbour exchange, all at once: every send is matched by its peer's receive from
   // this rank with the same count, in the same order among the buffers between the two ranks; a
   // rank may send to and receive from itself. No buffer may overlap a receive buffer.
-  virtual void exchange(std::span<const DeviceSend> sends, std::span<const DeviceRecv> recvs) = 0;
+  void exchange(std::span<const DeviceSend> sends, std::span<const DeviceRecv> recvs) {
+    start_exchange(sends, recvs);
+    finish_exchange();
+  }
+  // The same in two halves, so that the caller can compute while the buffers travel (gossip
+  // computes its gradient at the model it sends). start_exchange posts every send and receive and
+  // returns without waiting for the peers; finish_exchange waits for all of them, within the
+  // operation deadline, and is a no-op when none is in flight. In between, the send buffers may be
+  // read but not written, and the receive buffers are not to be touched. One exchange at a time:
+  // any other call finishes the one in flight first. The span arguments need not outlive the call;
+  // the buffers they point to must outlive finish_exchange.
+  virtual void start_exchange(std::span<const DeviceSend> sends,
+                              std::span<const DeviceRecv> recvs) = 0;
+  virtual void finish_exchange() = 0;
   // Where the run's host float all-reduces should go too (Communicator::route_float_allreduce),
   // or empty to leave them on the transport.
   virtual Communicator::FloatAllreduce host_route() { return {}; }
 };
 
 // The same operations over `comm`'s transport, on memory the CPU addresses. The all-reduce is
-// comm's; the exchange posts every receive, then every send, then waits for all (net::kOpDevice
-// tags numbered by call), so two ranks sending to each other first never wait on each other.
+// comm's; start_exchange copies what goes to itself and posts every receive, then every send
+// (net::kOpDeviceExchange tags numbered by call), so two ranks sending to each other first never
+// wait on each other; the transport moves them while the caller computes, and finish_exchange
+// waits for all.
 class HostMemoryCollectives final : public DeviceCollectives {
  public:
   explicit HostMemoryCollectives(Communicator& comm) : comm_(comm) {}
+  ~HostMemoryCollectives() override;
   void allreduce(float* data, std::size_t count, Reduce op = Reduce::sum) override;
-  void exchange(std::span<const DeviceSend> sends, std::span<const DeviceRecv> recvs) override;
+  void start_exchange(std::span<const DeviceSend> sends,
+                      std::span<const DeviceRecv> recvs) override;
+  void finish_exchange() override;
 
  private:
   Communicator& comm_;
   std::uint64_t calls_ = 0;
+  std::vector<net::Handle> in_flight_;  // the posted exchange's sends and receives
 };
 
 }  // namespace dpg::collective

@@ -67,10 +67,14 @@ class GossipAlgorithm final : public Algorithm {
   // and each chunk goes to the neighbours as it lands, while the gradient is computed; the
   // neighbours' models are mixed in on the host as they arrive, and the mixed model goes back.
   // With the direct collectives (NCCL), the models go from GPU to GPU (ncclSend/ncclRecv in one
-  // group) into the device's neighbour buffers, and are mixed there.
+  // group, started here and finished after the gradient, which is computed meanwhile at the same
+  // model) into the device's neighbour buffers, and are mixed there.
   bool updates_on_device() const override { return device_ != nullptr; }
   void before_gradient_on_device(long long t) override {
-    if (direct_ != nullptr) return;
+    if (direct_ != nullptr) {
+      start_direct(t);
+      return;
+    }
     host_.resize(device_->num_params());
     gossip_.begin(t, host_, 0);
     device_->stream_out(model::DeviceArray::params,
@@ -83,17 +87,8 @@ class GossipAlgorithm final : public Algorithm {
   void apply_on_device(long long t, const dp::PrivateGradient*,
                        const model::DeviceSgdOptions& sgd) override {
     if (direct_ != nullptr) {
+      direct_->finish_exchange();
       const auto nb = gossip_.schedule().at(t).neighbourhood(comm_.rank());
-      const std::size_t n = device_->num_params();
-      const std::vector<float*> in = device_->neighbour_buffers(nb.recv_from.size());
-      std::vector<collective::DeviceSend> sends;
-      std::vector<collective::DeviceRecv> recvs;
-      const float* params = device_->device_data(model::DeviceArray::params);
-      for (const int p : nb.send_to) sends.push_back({p, params, n});
-      for (std::size_t k = 0; k < nb.recv_from.size(); ++k) {
-        recvs.push_back({nb.recv_from[k], in[k], n});
-      }
-      direct_->exchange(sends, recvs);
       const std::vector<float> weights(nb.recv_weights.begin(), nb.recv_weights.end());
       device_->mix_params(static_cast<float>(nb.self_weight), weights);
     } else {
@@ -118,6 +113,21 @@ class GossipAlgorithm final : public Algorithm {
   }
 
  private:
+  // Round t's models to and from the neighbours, GPU to GPU, without waiting for them.
+  void start_direct(long long t) {
+    const auto nb = gossip_.schedule().at(t).neighbourhood(comm_.rank());
+    const std::size_t n = device_->num_params();
+    const std::vector<float*> in = device_->neighbour_buffers(nb.recv_from.size());
+    std::vector<collective::DeviceSend> sends;
+    std::vector<collective::DeviceRecv> recvs;
+    const float* params = device_->device_data(model::DeviceArray::params);
+    for (const int p : nb.send_to) sends.push_back({p, params, n});
+    for (std::size_t k = 0; k < nb.recv_from.size(); ++k) {
+      recvs.push_back({nb.recv_from[k], in[k], n});
+    }
+    direct_->start_exchange(sends, recvs);
+  }
+
   // Pairwise network DP beside the local epsilon: on every line, what the best-informed peer that
   // u does not send to learns of u's data (`pairwise_epsilon`, absent when every peer hears every
   // other directly); in the summary, the worst pair at each graph distance. By the plan's

@@ -238,13 +238,15 @@ std::optional<Error> check_gpus(std::span<const GpuRecord> records) {
 struct NcclCommunicator::Cuda {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
-  float* staging = nullptr;  // the host all-reduce's device copy
+  cudaEvent_t callers = nullptr;  // marks the legacy stream's work the next operation waits for
+  float* staging = nullptr;       // the host all-reduce's device copy
   std::size_t staging_count = 0;
 
   // Frees what is left; a communicator still here was never finished cleanly, so it is aborted.
   ~Cuda() {
     if (comm != nullptr) ncclCommAbort(comm);
     if (staging != nullptr) cudaFree(staging);
+    if (callers != nullptr) cudaEventDestroy(callers);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 };
@@ -286,14 +288,19 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, int device, NcclOpti
                            std::to_string(rank_) + " of " + std::to_string(world_) +
                            ", device " + std::to_string(device_) + ")";
   DeviceScope on(device_);
-  if (on.status() != cudaSuccess) {
-    poison(Code::unavailable, prefix() + what + ": " + set_device_text(device_, on.status()));
-  }
-  // A stream of its own, which waits for the legacy default stream as well, so that data a
-  // caller wrote there without synchronizing is complete before NCCL reads it.
-  if (const cudaError_t e = cudaStreamCreate(&cuda_->stream); e != cudaSuccess) {
+  on_device(on.status(), what);
+  // A stream of its own that does not block on the legacy default stream, nor that stream on it,
+  // so that the model's kernels run while an exchange is in flight; each operation instead waits
+  // for an event recorded there (follow_callers).
+  if (const cudaError_t e = cudaStreamCreateWithFlags(&cuda_->stream, cudaStreamNonBlocking);
+      e != cudaSuccess) {
     cuda_->stream = nullptr;
-    poison(Code::unavailable, prefix() + what + ": cudaStreamCreate: " + cuda_text(e));
+    poison(Code::unavailable, prefix() + what + ": cudaStreamCreateWithFlags: " + cuda_text(e));
+  }
+  if (const cudaError_t e = cudaEventCreateWithFlags(&cuda_->callers, cudaEventDisableTiming);
+      e != cudaSuccess) {
+    cuda_->callers = nullptr;
+    poison(Code::unavailable, prefix() + what + ": cudaEventCreateWithFlags: " + cuda_text(e));
   }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every call returns at once, so each wait can have a deadline
@@ -391,6 +398,23 @@ void NcclCommunicator::await(const std::string& what, std::chrono::steady_clock:
   }
 }
 
+void NcclCommunicator::on_device(int scope, const std::string& what) {
+  if (scope != cudaSuccess) {
+    poison(Code::unavailable,
+           prefix() + what + ": " + set_device_text(device_, static_cast<cudaError_t>(scope)));
+  }
+}
+
+void NcclCommunicator::follow_callers(int scope, const std::string& what) {
+  on_device(scope, what);
+  cudaError_t e = cudaEventRecord(cuda_->callers, cudaStreamLegacy);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(cuda_->stream, cuda_->callers, 0);
+  if (e != cudaSuccess) {
+    poison(Code::unavailable,
+           prefix() + what + ": ordering after the legacy default stream: " + cuda_text(e));
+  }
+}
+
 void NcclCommunicator::launched(int result, const std::string& what, const char* call) {
   const auto r = static_cast<ncclResult_t>(result);
   if (!accepted(r)) {
@@ -403,10 +427,9 @@ void NcclCommunicator::allreduce(float* device_data, std::size_t count, Reduce o
   rethrow_if_failed(what);
   if (count == 0) return;  // every rank passes the same count, so all skip together
   if (device_data == nullptr) fail(Code::invalid_argument, prefix() + what + ": null data");
+  finish_exchange();
   DeviceScope on(device_);
-  if (on.status() != cudaSuccess) {
-    poison(Code::unavailable, prefix() + what + ": " + set_device_text(device_, on.status()));
-  }
+  follow_callers(on.status(), what);
   const auto start = Clock::now();
   launched(ncclAllReduce(device_data, device_data, count, ncclFloat,
                          op == Reduce::average ? ncclAvg : ncclSum, cuda_->comm, cuda_->stream),
@@ -419,10 +442,9 @@ void NcclCommunicator::allreduce(std::span<float> host, Reduce op) {
       "allreduce of " + std::to_string(host.size()) + " floats from host memory";
   rethrow_if_failed(what);
   if (host.empty()) return;
+  finish_exchange();
   DeviceScope on(device_);
-  if (on.status() != cudaSuccess) {
-    poison(Code::unavailable, prefix() + what + ": " + set_device_text(device_, on.status()));
-  }
+  follow_callers(on.status(), what);
   // Past this point the peers expect this call: a failure leaves the communicator out of step
   // with them, so it poisons.
   if (cuda_->staging_count < host.size()) {
@@ -456,8 +478,9 @@ void NcclCommunicator::allreduce(std::span<float> host, Reduce op) {
   await(what, start);
 }
 
-void NcclCommunicator::exchange(std::span<const DeviceSend> sends,
-                                std::span<const DeviceRecv> recvs) {
+void NcclCommunicator::start_exchange(std::span<const DeviceSend> sends,
+                                      std::span<const DeviceRecv> recvs) {
+  finish_exchange();
   std::vector<int> peers;
   std::size_t floats = 0;
   for (const auto& s : sends) {
@@ -491,9 +514,7 @@ void NcclCommunicator::exchange(std::span<const DeviceSend> sends,
   if (floats == 0) return;
 
   DeviceScope on(device_);
-  if (on.status() != cudaSuccess) {
-    poison(Code::unavailable, prefix() + what + ": " + set_device_text(device_, on.status()));
-  }
+  follow_callers(on.status(), what);
   const auto start = Clock::now();
   // All in one group, so that NCCL runs them concurrently: one at a time, two ranks that each
   // send to the other first would wait for each other forever. The group is always closed, even
@@ -519,7 +540,17 @@ void NcclCommunicator::exchange(std::span<const DeviceSend> sends,
     }
   }
   launched(first, what, call);
-  await(what, start);
+  in_flight_ = InFlight{what, start};
+}
+
+void NcclCommunicator::finish_exchange() {
+  if (!in_flight_) return;
+  const InFlight f = std::move(*in_flight_);
+  in_flight_.reset();
+  rethrow_if_failed(f.what);
+  DeviceScope on(device_);
+  on_device(on.status(), f.what);
+  await(f.what, f.start);
 }
 
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(Communicator& comm, int device,

@@ -5,10 +5,12 @@
 // then rank 0's NCCL unique id is broadcast. This header includes no CUDA or NCCL header, so code
 // that only holds a pointer to one, or that tests the GPU check, compiles without the toolkit.
 //
-// One thread uses a communicator at a time. Every call returns after its result is in place, so
-// device data written by a call may be read on any stream; device data passed in must be ready
-// (its producer synchronized, or on the legacy default stream, which the communicator's stream
-// waits for).
+// One thread uses a communicator at a time. Every call but start_exchange returns after its
+// result is in place, so device data written by a call may be read on any stream; device data
+// passed in must be ready (its producer synchronized, or on the legacy default stream, which the
+// communicator's stream waits for at the start of every call). The communicator's stream does not
+// otherwise wait for the legacy stream, nor that stream for it: kernels queued there while an
+// exchange is in flight (gossip's gradient) run beside NCCL's.
 #pragma once
 
 #include <array>
@@ -93,10 +95,12 @@ class NcclCommunicator final : public DeviceCollectives {
   // The same on host memory, staged through a device buffer the communicator keeps (grown on
   // demand).
   void allreduce(std::span<float> host, Reduce op = Reduce::sum);
-  // Gossip's neighbour exchange, all at once: every send is matched by its peer's receive from
-  // this rank with the same count, in the same order among the buffers between the two ranks; a
-  // rank may send to and receive from itself. No buffer may overlap a receive buffer.
-  void exchange(std::span<const DeviceSend> sends, std::span<const DeviceRecv> recvs) override;
+  // Gossip's neighbour exchange (DeviceCollectives::exchange and its two halves): every send and
+  // receive in one NCCL group on the communicator's stream. start_exchange returns once NCCL has
+  // the group; finish_exchange polls it to the end within the timeout, like every other call.
+  void start_exchange(std::span<const DeviceSend> sends,
+                      std::span<const DeviceRecv> recvs) override;
+  void finish_exchange() override;
   // The run's host float all-reduces go through NCCL too (staged, above).
   Communicator::FloatAllreduce host_route() override {
     return [this](std::span<float> data, Reduce op) { allreduce(data, op); };
@@ -117,6 +121,12 @@ class NcclCommunicator final : public DeviceCollectives {
   // Polls NCCL's state and the stream until the work launched since `start` is done, or fails,
   // or the timeout passes (which aborts NCCL and poisons).
   void await(const std::string& what, std::chrono::steady_clock::time_point start);
+  // Poisons (throws) unless `scope`, the cudaError_t of an operation's DeviceScope, is success.
+  void on_device(int scope, const std::string& what);
+  // After an operation's DeviceScope (whose cudaSetDevice gave `scope`): orders the
+  // communicator's stream after the work queued so far on the legacy default stream, so that data
+  // produced there is complete before NCCL reads it. Poisons (throws) when either step fails.
+  void follow_callers(int scope, const std::string& what);
   std::string prefix() const { return "rank " + std::to_string(rank_) + ": "; }
 
   int rank_;
@@ -128,6 +138,12 @@ class NcclCommunicator final : public DeviceCollectives {
   bool failed_ = false;
   Code code_ = Code::internal;
   std::string message_;  // the first failure, "rank R: ..."
+  // The exchange start_exchange launched and finish_exchange has not waited for.
+  struct InFlight {
+    std::string what;
+    std::chrono::steady_clock::time_point start;
+  };
+  std::optional<InFlight> in_flight_;
 };
 
 // A new NcclCommunicator over `comm` on `device` (collective, like the constructor). In a build

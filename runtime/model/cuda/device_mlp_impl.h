@@ -417,10 +417,13 @@ class Impl final : public DeviceMlp {
     check(cudaSetDevice(device_), "cudaSetDevice");
 #endif
   }
-  // Waits for the device's work, surfacing any error of a kernel launched before.
+  // Waits for the model's work, surfacing any error of a kernel launched before. Every kernel,
+  // cuBLAS call and cuRAND draw of the model goes to the legacy default stream, so that stream is
+  // all it waits for: not the whole device, where an NCCL exchange in flight on its own stream
+  // (collective/nccl) may wait on a peer, and is bounded by the communicator's deadline instead.
   void sync() const {
 #if defined(DPG_DEVICE_CUDA)
-    check(cudaDeviceSynchronize(), "a kernel of the step");
+    check(cudaStreamSynchronize(cudaStreamLegacy), "a kernel of the step");
 #endif
   }
 

@@ -2,6 +2,9 @@
 // result being bitwise identical on every peer.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -223,6 +226,38 @@ TEST_CASE("a routed communicator sends its float all-reduces down the route, the
     c.allreduce(std::span<float>(f));
     CHECK(calls == 1);
     for (float v : f) CHECK(v == 6.0f);
+  });
+}
+
+TEST_CASE("host-memory device collectives: start_exchange returns before the peer has begun") {
+  std::atomic<bool> started{false};
+  run_world(2, Options{}, [&](Communicator& c) {
+    dpg::collective::HostMemoryCollectives d(c);
+    const int me = c.rank(), other = 1 - me;
+    std::vector<float> out(1000, static_cast<float>(me + 1)), in(1000, 0.0f);
+    const std::vector<dpg::collective::DeviceSend> sends = {{other, out.data(), out.size()}};
+    const std::vector<dpg::collective::DeviceRecv> recvs = {{other, in.data(), in.size()}};
+    if (me == 0) {
+      d.start_exchange(sends, recvs);  // rank 1 has not started: this must not wait for it
+      started = true;
+    } else {
+      // Rank 1 starts only once rank 0's start has returned (within 10 s).
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!started && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      REQUIRE(started);
+      d.start_exchange(sends, recvs);
+    }
+    d.finish_exchange();
+    for (float v : in) CHECK(v == static_cast<float>(other + 1));
+    // An all-reduce finishes an exchange in flight first.
+    std::fill(in.begin(), in.end(), 0.0f);
+    d.start_exchange(sends, recvs);
+    float one = 1.0f;
+    d.allreduce(&one, 1);
+    CHECK(one == 2.0f);
+    for (float v : in) CHECK(v == static_cast<float>(other + 1));
   });
 }
 

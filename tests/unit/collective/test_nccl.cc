@@ -304,6 +304,51 @@ TEST_CASE("NCCL world of 1: exchange with itself copies the data; the host all-r
   });
 }
 
+TEST_CASE("NCCL world of 1: a started exchange reads what the legacy stream wrote, lets that "
+          "stream run, and lands by finish_exchange or the next call") {
+  if (!have_gpus(1)) return;
+  dpg::test::run_world(1, {}, [&](Communicator& c) {
+    NcclCommunicator nccl(c, 0);
+    // 64 MiB, so that a memset queued on the legacy stream is still running when the exchange is
+    // started: the exchange's stream does not block on that stream, so only the communicator's
+    // own ordering (an event recorded there) makes NCCL send the memset's bytes.
+    const std::size_t n = std::size_t{16} << 20;
+    DeviceFloats src(std::vector<float>(n, 0.0f)), dst(std::vector<float>(n, 0.0f)),
+        other(std::vector<float>(n, 0.0f)), second(std::vector<float>(n, 0.0f));
+    for (int round = 0; round < 3; ++round) {
+      CAPTURE(round);
+      const int byte = 0x11 * (round + 1);
+      REQUIRE(cudaMemsetAsync(src.p, byte, n * sizeof(float), cudaStreamLegacy) == cudaSuccess);
+      const DeviceSend sends[] = {{0, src.p, n}};
+      const DeviceRecv recvs[] = {{0, dst.p, n}};
+      nccl.start_exchange(sends, recvs);
+      // The caller's work on the legacy stream meanwhile: it runs and can be waited for on its own.
+      REQUIRE(cudaMemsetAsync(other.p, byte, n * sizeof(float), cudaStreamLegacy) == cudaSuccess);
+      REQUIRE(cudaStreamSynchronize(cudaStreamLegacy) == cudaSuccess);
+      float want = 0.0f;
+      const std::vector<unsigned char> pattern(sizeof(float), static_cast<unsigned char>(byte));
+      std::memcpy(&want, pattern.data(), sizeof(float));
+      if (round == 0) {
+        nccl.finish_exchange();
+        nccl.finish_exchange();  // none in flight: nothing to do
+      } else if (round == 1) {
+        DeviceFloats one(ramp(5));
+        nccl.allreduce(one.p, 5);  // finishes the exchange first
+        CHECK(one.host() == ramp(5));
+      } else {
+        const DeviceSend again[] = {{0, other.p, n}};
+        const DeviceRecv into[] = {{0, second.p, n}};
+        nccl.start_exchange(again, into);  // finishes the first, then starts its own
+        nccl.finish_exchange();
+        CHECK(second.host() == std::vector<float>(n, want));
+      }
+      CHECK(dst.host() == std::vector<float>(n, want));
+      CHECK(other.host() == std::vector<float>(n, want));
+    }
+    CHECK_FALSE(nccl.failed());
+  });
+}
+
 TEST_CASE("NCCL: bad arguments throw invalid_argument and leave the communicator usable") {
   if (!have_gpus(1)) return;
   dpg::test::run_world(1, {}, [&](Communicator& c) {
