@@ -25,6 +25,12 @@ ldd "$stage"/bin/* | awk '$3 ~ /^\// { print $3 }' | sort -u |
   grep -v -E '^/usr/local/cuda/|/lib(c|m|dl|pthread|rt|mvec|stdc\+\+|gcc_s)\.so|ld-linux' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 cp /usr/share/datasets/fashion-mnist/*.gz "$stage/fashion-mnist/"
+# What the programs were built from: the commit (and whether the tree differed from it), and the
+# hash of every tracked source file as the tree had it, which gpu_checks.sh checks its tree against.
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!.gpu' || echo ' with uncommitted changes')" > "$stage/REVISION"
+git ls-files -z --cached --others --exclude-standard -- meson.build meson_options.txt apps \
+    runtime dp topology tests/unit tools/bench |
+  xargs -0 sha256sum > "$stage/SOURCES.sha256"
 tar -C "$stage" -cJf .gpu/bundle.tar.xz .
 rm -rf "$stage"
 echo "gpu_bundle: .gpu/bundle.tar.xz, $(du -h .gpu/bundle.tar.xz | cut -f1)"

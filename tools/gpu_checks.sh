@@ -12,11 +12,31 @@ cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/dpg_gpu.XXXXXX)
-tar -C "$work" -xJf .gpu/bundle.tar.xz || { echo "gpu_checks: no .gpu/bundle.tar.xz (tools/gpu_bundle.sh)" >&2; exit 1; }
+[ -f .gpu/bundle.tar.xz ] || { echo "gpu_checks: no .gpu/bundle.tar.xz (tools/gpu_bundle.sh)" >&2; exit 1; }
+# With tar's xz, or Python's where the machine has no xz program.
+tar -C "$work" -xJf .gpu/bundle.tar.xz 2>/dev/null ||
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+    .gpu/bundle.tar.xz "$work" ||
+  { echo "gpu_checks: cannot unpack .gpu/bundle.tar.xz" >&2; exit 1; }
 bin=$work/bin
 summary=$out/summary.txt
 : > "$summary"
+# The bundle must come from this tree's sources: tools/gpu_bundle.sh recorded the hash of every
+# source file the programs are built from; a tree changed since then gets no run (it would test
+# old code).
+echo "bundle: built from $(cat "$work/REVISION")" >> "$summary"
+if ! sha256sum --quiet --check "$work/SOURCES.sha256" > /dev/null 2>&1; then
+  echo "bundle: STALE, this tree's sources differ from the bundle's (rerun tools/gpu_bundle.sh):" >> "$summary"
+  sha256sum --quiet --check "$work/SOURCES.sha256" 2>&1 | head -5 >> "$summary"
+  cat "$summary"
+  exit 1
+fi
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } >> "$summary" 2>&1
+# PyTorch gets the environment it came with, not the bundle's libraries (an older OpenSSL,
+# another build of cuBLAS or NCCL).
+python_env=${LD_LIBRARY_PATH-}
+printf '#!/bin/sh\nexec env LD_LIBRARY_PATH="%s" python3 "$@"\n' "$python_env" > "$work/python3"
+chmod +x "$work/python3"
 # CUDA's and NCCL's libraries (cudart, cuBLAS, cuRAND, NCCL): from a toolkit if the machine has
 # one, else from PyTorch's nvidia-* wheels (nvidia/<part>/lib, or nvidia/cu13/lib in CUDA 13's
 # layout) or torch/lib. Whatever the programs still cannot find is searched for by name, within
@@ -45,14 +65,18 @@ check() {
   echo "== $name: $*" >> "$out/$log"
   local start=$SECONDS
   timeout "$limit" "$@" > "$last" 2>&1
-  echo "$name: exit $? in $((SECONDS - start)) s" >> "$summary"
+  local rc=$?
+  local why=""
+  [ "$rc" = 77 ] && why=" (skipped: no usable GPU, a failure on a GPU machine)"
+  [ "$rc" = 124 ] && why=" (timed out)"
+  echo "$name: exit $rc in $((SECONDS - start)) s$why" >> "$summary"
   cat "$last" >> "$out/$log"
 }
 check reference tests.log 120 "$bin/test_device_mlp_cuda"
 check nccl tests.log 120 "$bin/test_nccl"
 for b in 256 1024 4096 16384; do
   check "bench-$b" bench.log 120 "$bin/dpgossip" bench step --device cuda --threads 1 --batch "$b" \
-      --baseline torch --python python3 --torch-script tools/bench_torch_mlp.py --seconds 1 --rounds 3
+      --baseline torch --python "$work/python3" --torch-script tools/bench_torch_mlp.py --seconds 1 --rounds 3
 done
 check prepare train.log 120 "$bin/dpgossip" prepare --idx-dir "$work/fashion-mnist" --out "$work/data"
 # The test accuracy of the last check's summary, if it printed one, into the summary.

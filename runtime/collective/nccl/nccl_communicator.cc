@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -316,6 +317,15 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, int device, NcclOpti
 
 NcclCommunicator::~NcclCommunicator() {
   if (!cuda_) return;
+  // A non-blocking communicator takes no call while an exchange is still being placed on its
+  // stream: the one in flight is finished first (a failure poisons, and the abort below follows).
+  // During unwinding the peers may be gone, so it is left to the abort.
+  if (std::uncaught_exceptions() == 0) {
+    try {
+      finish_exchange();
+    } catch (const std::exception&) {
+    }
+  }
   DeviceScope on(device_);
   if (cuda_->comm != nullptr && !failed_ && std::uncaught_exceptions() == 0) {
     // Finishes the communicator's work with the peers, within the deadline; the destroy that
@@ -425,9 +435,9 @@ void NcclCommunicator::launched(int result, const std::string& what, const char*
 void NcclCommunicator::allreduce(float* device_data, std::size_t count, Reduce op) {
   const std::string what = "allreduce of " + std::to_string(count) + " floats";
   rethrow_if_failed(what);
+  finish_exchange();
   if (count == 0) return;  // every rank passes the same count, so all skip together
   if (device_data == nullptr) fail(Code::invalid_argument, prefix() + what + ": null data");
-  finish_exchange();
   DeviceScope on(device_);
   follow_callers(on.status(), what);
   const auto start = Clock::now();
@@ -441,8 +451,8 @@ void NcclCommunicator::allreduce(std::span<float> host, Reduce op) {
   const std::string what =
       "allreduce of " + std::to_string(host.size()) + " floats from host memory";
   rethrow_if_failed(what);
-  if (host.empty()) return;
   finish_exchange();
+  if (host.empty()) return;
   DeviceScope on(device_);
   follow_callers(on.status(), what);
   // Past this point the peers expect this call: a failure leaves the communicator out of step
@@ -551,6 +561,11 @@ void NcclCommunicator::finish_exchange() {
   DeviceScope on(device_);
   on_device(on.status(), f.what);
   await(f.what, f.start);
+}
+
+bool load_cuda_kernels_eagerly() {
+  return std::getenv("CUDA_MODULE_LOADING") == nullptr &&
+         setenv("CUDA_MODULE_LOADING", "EAGER", 0) == 0;
 }
 
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(Communicator& comm, int device,

@@ -146,6 +146,15 @@ class NcclCommunicator final : public DeviceCollectives {
   std::optional<InFlight> in_flight_;
 };
 
+// Asks CUDA to load every kernel when the process's CUDA context is created
+// (CUDA_MODULE_LOADING=EAGER), unless the environment already says otherwise; to be called before
+// the process's first CUDA call. Since CUDA 12.2 kernels load at their first launch, and loading
+// one may need the context synchronized: while an NCCL kernel spins waiting for a peer (an
+// exchange in flight beside the gradient), the model's launch would wait for that kernel, and
+// with the peer dead would wait forever, past the communicator's deadline. Returns whether it
+// set the variable. A no-op in a build without NCCL.
+bool load_cuda_kernels_eagerly();
+
 // A new NcclCommunicator over `comm` on `device` (collective, like the constructor). In a build
 // without NCCL it throws unavailable saying so.
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(Communicator& comm, int device,

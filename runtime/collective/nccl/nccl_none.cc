@@ -4,6 +4,8 @@
 
 namespace dpg::collective {
 
+bool load_cuda_kernels_eagerly() { return false; }
+
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(Communicator& comm, int device,
                                                          NcclOptions) {
   fail(Code::unavailable, "rank " + std::to_string(comm.rank()) + ": --transport nccl (GPU " +

@@ -40,6 +40,10 @@ inline void check(curandStatus_t e, const char* what) {
 
 // An array in device memory, or with `pinned` in host memory the copy engine reads and writes
 // directly (page-locked with CUDA; plain memory in the host instance); resize() keeps nothing.
+// Device memory is allocated and freed in the order of the legacy default stream, where the
+// model's work runs (cudaMallocAsync, cudaFreeAsync): cudaMalloc and cudaFree may wait for the
+// whole device, and a batch larger than any before regrows buffers in the middle of a step, while
+// an NCCL exchange that waits on a peer may be running on its own stream (collective/nccl).
 template <typename T, bool pinned = false>
 class Buffer {
  public:
@@ -58,9 +62,9 @@ class Buffer {
 #if defined(DPG_DEVICE_CUDA)
     void* p = nullptr;
     check(pinned ? cudaHostAlloc(&p, n * sizeof(T), cudaHostAllocDefault)
-                 : cudaMalloc(&p, n * sizeof(T)),
-          ((pinned ? "cudaHostAlloc of " : "cudaMalloc of ") + std::to_string(n * sizeof(T)) +
-           " bytes").c_str());
+                 : cudaMallocAsync(&p, n * sizeof(T), cudaStreamLegacy),
+          ((pinned ? "cudaHostAlloc of " : "cudaMallocAsync of ") +
+           std::to_string(n * sizeof(T)) + " bytes").c_str());
     data_ = static_cast<T*>(p);
 #else
     data_ = new T[n];
@@ -105,7 +109,7 @@ class Buffer {
     if (pinned) {
       cudaFreeHost(data_);
     } else {
-      cudaFree(data_);
+      cudaFreeAsync(data_, cudaStreamLegacy);
     }
 #else
     delete[] data_;

@@ -16,6 +16,9 @@
 #include "runtime/collective/communicator.h"
 #include "runtime/collective/nccl/nccl_communicator.h"
 #include "runtime/core/error.h"
+#include "runtime/core/rng.h"
+#include "runtime/model/device_mlp.h"
+#include "runtime/model/mlp.h"
 #include "tests/unit/collective/world.h"
 
 using dpg::Code;
@@ -28,6 +31,9 @@ using dpg::collective::GpuRecord;
 using dpg::collective::NcclCommunicator;
 using dpg::collective::NcclOptions;
 using dpg::collective::Reduce;
+using dpg::model::DeviceDpOptions;
+using dpg::model::Mlp;
+using dpg::model::MlpSpec;
 
 namespace {
 
@@ -345,6 +351,54 @@ TEST_CASE("NCCL world of 1: a started exchange reads what the legacy stream wrot
       CHECK(dst.host() == std::vector<float>(n, want));
       CHECK(other.host() == std::vector<float>(n, want));
     }
+    CHECK_FALSE(nccl.failed());
+  });
+}
+
+TEST_CASE("NCCL world of 1 with the CUDA model: a gradient computed while its parameters are "
+          "being exchanged is the one computed without, and the exchange lands them intact") {
+  if (!have_gpus(1)) return;
+  dpg::test::run_world(1, {}, [&](Communicator& c) {
+    NcclCommunicator nccl(c, 0);
+    // Gossip's round on the GPU (train/algo_gossip.cc): the parameters go out (to itself here)
+    // into a neighbour buffer while the DP gradient runs at the same parameters, then the mix.
+    MlpSpec spec;
+    spec.inputs = 784;
+    spec.hidden = {256, 256};
+    spec.classes = 10;
+    const Mlp init(spec, 7);
+    const std::vector<float> params(init.params().begin(), init.params().end());
+    const std::size_t rows = 4096, n = params.size();
+    dpg::Rng rng(3);
+    std::vector<float> x(rows * 784);
+    std::vector<std::int32_t> y(rows);
+    for (auto& v : x) v = static_cast<float>(rng.normal());
+    for (auto& v : y) v = static_cast<std::int32_t>(rng.below(10));
+    std::vector<std::uint32_t> batch(2000);
+    for (auto& b : batch) b = static_cast<std::uint32_t>(rng.below(rows));
+    const DeviceDpOptions dp{.enabled = true, .clip_norm = 1.0f, .noise_multiplier = 1.1,
+                             .expected_batch = 2000.0, .seed = 5, .rank = 0};
+    auto model = dpg::model::make_cuda_mlp(spec, 0, params);
+    model->upload_rows(x, y);
+    std::vector<float> alone(n), overlapped(n), received(n), after(n);
+    model->gradient(batch, 11, dp);
+    model->download_gradient(alone);
+
+    float* buffer = model->neighbour_buffers(1)[0];
+    const DeviceSend sends[] = {{0, model->device_data(dpg::model::DeviceArray::params), n}};
+    const DeviceRecv recvs[] = {{0, buffer, n}};
+    nccl.start_exchange(sends, recvs);
+    model->gradient(batch, 11, dp);
+    nccl.finish_exchange();
+    model->download_gradient(overlapped);
+    CHECK(overlapped == alone);
+    REQUIRE(cudaMemcpy(received.data(), buffer, n * sizeof(float), cudaMemcpyDeviceToHost) ==
+            cudaSuccess);
+    CHECK(received == params);
+    const float half[] = {0.5f};
+    model->mix_params(0.5f, half);  // x/2 + x/2 is x exactly
+    model->download_params(after);
+    CHECK(after == params);
     CHECK_FALSE(nccl.failed());
   });
 }
