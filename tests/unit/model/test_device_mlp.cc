@@ -21,7 +21,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -161,6 +163,23 @@ std::vector<float> download(const DeviceMlp& d) {
   return g;
 }
 
+// The rows whose two largest CPU logits are within `rel` of the larger one's magnitude.
+std::size_t near_ties(const Mlp& m, const Rows& rows, float rel) {
+  const std::size_t n = rows.y.size(), classes = m.spec().classes;
+  Workspace ws;
+  ws.resize(m.spec(), n);
+  std::copy(rows.x.begin(), rows.x.end(), ws.input().begin());
+  m.forward(ws);
+  std::size_t ties = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::vector<float> z(ws.act.back().begin() + i * classes,
+                         ws.act.back().begin() + (i + 1) * classes);
+    std::partial_sort(z.begin(), z.begin() + 2, z.end(), std::greater<>());
+    if (z[0] - z[1] <= rel * std::max(1.0f, std::fabs(z[0]))) ++ties;
+  }
+  return ties;
+}
+
 }  // namespace
 
 TEST_CASE("device: loss and accuracy of an evaluation match the CPU model") {
@@ -172,7 +191,13 @@ TEST_CASE("device: loss and accuracy of an evaluation match the CPU model") {
     const Mlp::Evaluation ref = cpu.evaluate(rows.x, rows.y, ws);
     const Mlp::Evaluation got = dev->evaluate(rows.x, rows.y);
     CHECK(got.rows == ref.rows);
-    CHECK(got.correct == ref.correct);
+    // The count of correct predictions may differ only by rows whose two largest logits are
+    // within the sums' rounding (1e-5 of the larger), where another order of addition (cuBLAS's)
+    // may pick the other class: one row per activation with these seeds, of 5,000.
+    const std::size_t ties = near_ties(cpu, rows, 1e-5f);
+    CAPTURE(ties);
+    const auto diff = static_cast<long long>(got.correct) - static_cast<long long>(ref.correct);
+    CHECK(static_cast<std::size_t>(std::llabs(diff)) <= ties);
     CHECK(got.loss_sum == doctest::Approx(ref.loss_sum).epsilon(1e-5));
   }
 }
