@@ -11,6 +11,7 @@ int cuda_device_count(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it, so that no later call reports it as its own
     if (why != nullptr) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
     return 0;
   }

@@ -98,6 +98,9 @@ class Impl final : public DeviceMlp {
   }
 
   ~Impl() override {
+#if defined(DPG_DEVICE_CUDA)
+    cudaSetDevice(device_);  // the handles and buffers belong to this device's context
+#endif
     if (gen_ != nullptr) curandDestroyGenerator(gen_);
 #if defined(DPG_DEVICE_CUDA)
     if (blas_ != nullptr) cublasDestroy(blas_);
