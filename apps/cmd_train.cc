@@ -22,6 +22,7 @@
 #include "runtime/core/hash.h"
 #include "runtime/core/json_io.h"
 #include "runtime/core/log.h"
+#include "runtime/collective/nccl/nccl_communicator.h"
 #include "runtime/core/train_config.h"
 #include "runtime/collective/communicator.h"
 #include "runtime/collective/hierarchical.h"
@@ -175,6 +176,14 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   set_activity(flags.config_file.empty() ? "reading the flags"
                                          : "reading " + flags.config_file + " and the flags");
   const TrainConfig c = merge(cmd, flags);
+  // Before any thread or CUDA call: NCCL's exchange runs beside the model's kernels.
+  if (c.transport == TransportMode::nccl) {
+    if (const char* mode = collective::eager_kernel_loading_for_nccl()) {
+      DPG_WARN("train: CUDA_MODULE_LOADING=" << mode << " from the environment: a kernel loaded "
+               "while an NCCL exchange waits on a dead peer may wait past the timeout "
+               "(docs/GPU.md)");
+    }
+  }
   check_train_outputs(c);
   install_stop_handlers();
   set_activity("setting up the run (hosts, transport, trace)");

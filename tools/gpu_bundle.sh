@@ -26,10 +26,14 @@ ldd "$stage"/bin/* | awk '$3 ~ /^\// { print $3 }' | sort -u |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 cp /usr/share/datasets/fashion-mnist/*.gz "$stage/fashion-mnist/"
 # What the programs were built from: the commit (and whether the tree differed from it), and the
-# hash of every tracked source file as the tree had it, which gpu_checks.sh checks its tree against.
-echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!.gpu' || echo ' with uncommitted changes')" > "$stage/REVISION"
-git ls-files -z --cached --others --exclude-standard -- meson.build meson_options.txt apps \
-    runtime dp topology tests/unit tools/bench |
+# hash of every source file (tracked, or new and not ignored) as the tree had it, which
+# gpu_checks.sh checks its tree against.
+sources=(meson.build meson_options.txt apps runtime dp topology tests/unit tools/bench)
+changed=$(git status --porcelain -- "${sources[@]}")
+echo "$(git rev-parse --short HEAD)${changed:+ with uncommitted changes}" > "$stage/REVISION"
+# (A tracked file deleted from the tree is left out: it is in no program.)
+git ls-files -z --cached --others --exclude-standard -- "${sources[@]}" |
+  while IFS= read -r -d '' f; do if [ -f "$f" ]; then printf '%s\0' "$f"; fi; done |
   xargs -0 sha256sum > "$stage/SOURCES.sha256"
 tar -C "$stage" -cJf .gpu/bundle.tar.xz .
 rm -rf "$stage"

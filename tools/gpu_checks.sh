@@ -3,7 +3,8 @@
 # PyTorch, from the bundle tools/gpu_bundle.sh made (.gpu/bundle.tar.xz): the CUDA reference
 # tests, the NCCL communicator on one GPU, `bench step --device cuda` beside PyTorch at batch 256
 # to 16384, four peers sharing the GPU through the staged transport path against the same run on
-# the CPU, and a one-rank run through NCCL. Writes its logs into $OUT (or ./gpu_out):
+# the CPU, and NCCL inside a run: two peers on two GPUs, or, on one GPU, the refusal of two ranks
+# sharing it. Writes its logs into $OUT (or ./gpu_out):
 # summary.txt (every check's exit status, time and accuracy), tests.log, bench.log, train.log and
 # the gossip runs' metrics. Each check is bounded by `timeout`; the whole takes about 6 minutes.
 # From the repository's root:  bash tools/gpu_checks.sh
@@ -12,6 +13,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/dpg_gpu.XXXXXX)
+trap 'rm -rf "$work"' EXIT
 [ -f .gpu/bundle.tar.xz ] || { echo "gpu_checks: no .gpu/bundle.tar.xz (tools/gpu_bundle.sh)" >&2; exit 1; }
 # With tar's xz, or Python's where the machine has no xz program.
 tar -C "$work" -xJf .gpu/bundle.tar.xz 2>/dev/null ||
@@ -24,6 +26,11 @@ summary=$out/summary.txt
 # The bundle must come from this tree's sources: tools/gpu_bundle.sh recorded the hash of every
 # source file the programs are built from; a tree changed since then gets no run (it would test
 # old code).
+if [ ! -f "$work/REVISION" ] || [ ! -f "$work/SOURCES.sha256" ]; then
+  echo "bundle: STALE, made before bundles recorded their sources (rerun tools/gpu_bundle.sh)" |
+    tee -a "$summary"
+  exit 1
+fi
 echo "bundle: built from $(cat "$work/REVISION")" >> "$summary"
 if ! sha256sum --quiet --check "$work/SOURCES.sha256" > /dev/null 2>&1; then
   echo "bundle: STALE, this tree's sources differ from the bundle's (rerun tools/gpu_bundle.sh):" >> "$summary"
@@ -34,8 +41,14 @@ fi
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } >> "$summary" 2>&1
 # PyTorch gets the environment it came with, not the bundle's libraries (an older OpenSSL,
 # another build of cuBLAS or NCCL).
-python_env=${LD_LIBRARY_PATH-}
-printf '#!/bin/sh\nexec env LD_LIBRARY_PATH="%s" python3 "$@"\n' "$python_env" > "$work/python3"
+# The value goes into the wrapper single-quoted (a quote in it escaped), so that nothing in it is
+# expanded; an unset variable stays unset.
+if [ -n "${LD_LIBRARY_PATH+set}" ]; then
+  quoted=$(printf '%s' "$LD_LIBRARY_PATH" | sed "s/'/'\\\\''/g")
+  printf "#!/bin/sh\nexec env LD_LIBRARY_PATH='%s' python3 \"\$@\"\n" "$quoted"
+else
+  printf '#!/bin/sh\nexec env -u LD_LIBRARY_PATH python3 "$@"\n'
+fi > "$work/python3"
 chmod +x "$work/python3"
 # CUDA's and NCCL's libraries (cudart, cuBLAS, cuRAND, NCCL): from a toolkit if the machine has
 # one, else from PyTorch's nvidia-* wheels (nvidia/<part>/lib, or nvidia/cu13/lib in CUDA 13's
@@ -74,6 +87,8 @@ check() {
 }
 check reference tests.log 120 "$bin/test_device_mlp_cuda"
 check nccl tests.log 120 "$bin/test_nccl"
+# test_nccl's GPU cases return early, and say so, where they find too few GPUs.
+grep -o 'skipped, needs [0-9]* GPU(s): .*' "$out/tests.log" | sort | uniq -c | sed 's/^/  /' >> "$summary"
 for b in 256 1024 4096 16384; do
   check "bench-$b" bench.log 120 "$bin/dpgossip" bench step --device cuda --threads 1 --batch "$b" \
       --baseline torch --python "$work/python3" --torch-script tools/bench_torch_mlp.py --seconds 1 --rounds 3
@@ -89,12 +104,25 @@ done
 check "allreduce-cuda" train.log 300 "$bin/dpgossip" launch --peers 4 -- train --algo allreduce \
     --data "$work/data" --device cuda --json --metrics ""
 accuracy
-# NCCL inside a run: one rank (NCCL refuses several on one GPU), its float all-reduces through it;
-# gossip's exchange started before the gradient and finished after it.
-for algo in allreduce gossip; do
-  check "nccl-$algo" train.log 300 "$bin/dpgossip" launch --peers 1 -- train --algo "$algo" \
-      --data "$work/data" --device cuda --transport nccl --epochs 5 --json --metrics ""
-  accuracy
-done
-rm -rf "$work"
+# NCCL inside a run needs a GPU per peer (a single peer runs no collective at all): two peers on
+# two GPUs, all-reduce and gossip (its exchange started before the gradient, finished after).
+# With one GPU, two peers asking for NCCL must be refused, on both ranks, with the reason.
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "$gpus" -ge 2 ]; then
+  for algo in allreduce gossip; do
+    check "nccl-$algo" train.log 300 "$bin/dpgossip" launch --peers 2 -- train --algo "$algo" \
+        --topology ring --data "$work/data" --device cuda --transport nccl --epochs 5 --json \
+        --metrics ""
+    accuracy
+  done
+else
+  echo "nccl-allreduce, nccl-gossip: not run, $gpus GPU(s) here and NCCL needs one per peer" >> "$summary"
+  check "nccl-refused" train.log 120 "$bin/dpgossip" launch --peers 2 -- train --algo allreduce \
+      --data "$work/data" --device cuda --transport nccl --epochs 1 --metrics ""
+  if grep -q "NCCL cannot put several ranks on one GPU" "$last"; then
+    echo "  refused with the reason (expected)" >> "$summary"
+  else
+    echo "  NOT refused with the reason" >> "$summary"
+  fi
+fi
 cat "$summary"

@@ -29,9 +29,13 @@ void HostMemoryCollectives::allreduce(float* data, std::size_t count, Reduce op)
 
 void HostMemoryCollectives::finish_exchange() {
   net::Transport& t = comm_.transport();
-  std::vector<net::Handle> handles;
-  handles.swap(in_flight_);
-  for (const auto& h : handles) t.wait(h);
+  // Each handle leaves the list once waited on, so that after a failed wait the destructor still
+  // waits for the rest.
+  while (!in_flight_.empty()) {
+    const net::Handle h = in_flight_.front();
+    in_flight_.erase(in_flight_.begin());
+    t.wait(h);
+  }
 }
 
 void HostMemoryCollectives::start_exchange(std::span<const DeviceSend> sends,

@@ -41,7 +41,8 @@ class DeviceCollectives {
   // The same in two halves, so that the caller can compute while the buffers travel (gossip
   // computes its gradient at the model it sends). start_exchange posts every send and receive and
   // returns without waiting for the peers; finish_exchange waits for all of them, within the
-  // operation deadline, and is a no-op when none is in flight. In between, the send buffers may be
+  // operation deadline counted from its own call (the caller's work in between is not the peers'
+  // to answer for), and is a no-op when none is in flight. In between, the send buffers may be
   // read but not written, and the receive buffers are not to be touched. One exchange at a time:
   // any other call finishes the one in flight first. The span arguments need not outlive the call;
   // the buffers they point to must outlive finish_exchange.
@@ -66,6 +67,8 @@ class HostMemoryCollectives final : public DeviceCollectives {
   void start_exchange(std::span<const DeviceSend> sends,
                       std::span<const DeviceRecv> recvs) override;
   void finish_exchange() override;
+  // Whether an exchange is posted and not yet finished.
+  bool in_flight() const { return !in_flight_.empty(); }
 
  private:
   Communicator& comm_;

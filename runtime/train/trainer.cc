@@ -431,8 +431,6 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     if (device_factory_) {
       s.device = device_factory_(s.spec, s.model.params());
     } else {
-      // Before the first CUDA call: gossip's NCCL exchange runs beside the model's kernels.
-      if (comm_ && c.transport == TransportMode::nccl) collective::load_cuda_kernels_eagerly();
       std::string why;
       const int n = model::cuda_device_count(&why);
       if (n == 0 || d.index >= n) {

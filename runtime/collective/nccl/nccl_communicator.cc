@@ -525,7 +525,6 @@ void NcclCommunicator::start_exchange(std::span<const DeviceSend> sends,
 
   DeviceScope on(device_);
   follow_callers(on.status(), what);
-  const auto start = Clock::now();
   // All in one group, so that NCCL runs them concurrently: one at a time, two ranks that each
   // send to the other first would wait for each other forever. The group is always closed, even
   // after a failed call inside it. Empty buffers are left out on both sides alike (the counts
@@ -550,7 +549,7 @@ void NcclCommunicator::start_exchange(std::span<const DeviceSend> sends,
     }
   }
   launched(first, what, call);
-  in_flight_ = InFlight{what, start};
+  in_flight_ = InFlight{what};
 }
 
 void NcclCommunicator::finish_exchange() {
@@ -560,12 +559,18 @@ void NcclCommunicator::finish_exchange() {
   rethrow_if_failed(f.what);
   DeviceScope on(device_);
   on_device(on.status(), f.what);
-  await(f.what, f.start);
+  // The deadline counts from here, as a transport's wait does, not from the start: the caller's
+  // work in between (the gradient) is not the peers' to answer for.
+  await(f.what, Clock::now());
 }
 
-bool load_cuda_kernels_eagerly() {
-  return std::getenv("CUDA_MODULE_LOADING") == nullptr &&
-         setenv("CUDA_MODULE_LOADING", "EAGER", 0) == 0;
+const char* eager_kernel_loading_for_nccl() {
+  const char* mode = std::getenv("CUDA_MODULE_LOADING");
+  if (mode == nullptr) {
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+    return nullptr;
+  }
+  return std::string_view(mode) == "EAGER" ? nullptr : mode;
 }
 
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(Communicator& comm, int device,

@@ -97,7 +97,7 @@ class NcclCommunicator final : public DeviceCollectives {
   void allreduce(std::span<float> host, Reduce op = Reduce::sum);
   // Gossip's neighbour exchange (DeviceCollectives::exchange and its two halves): every send and
   // receive in one NCCL group on the communicator's stream. start_exchange returns once NCCL has
-  // the group; finish_exchange polls it to the end within the timeout, like every other call.
+  // the group; finish_exchange polls it to the end within the timeout, counted from its own call.
   void start_exchange(std::span<const DeviceSend> sends,
                       std::span<const DeviceRecv> recvs) override;
   void finish_exchange() override;
@@ -141,19 +141,19 @@ class NcclCommunicator final : public DeviceCollectives {
   // The exchange start_exchange launched and finish_exchange has not waited for.
   struct InFlight {
     std::string what;
-    std::chrono::steady_clock::time_point start;
   };
   std::optional<InFlight> in_flight_;
 };
 
 // Asks CUDA to load every kernel when the process's CUDA context is created
-// (CUDA_MODULE_LOADING=EAGER), unless the environment already says otherwise; to be called before
-// the process's first CUDA call. Since CUDA 12.2 kernels load at their first launch, and loading
-// one may need the context synchronized: while an NCCL kernel spins waiting for a peer (an
-// exchange in flight beside the gradient), the model's launch would wait for that kernel, and
-// with the peer dead would wait forever, past the communicator's deadline. Returns whether it
-// set the variable. A no-op in a build without NCCL.
-bool load_cuda_kernels_eagerly();
+// (CUDA_MODULE_LOADING=EAGER), unless the environment already says; to be called before the
+// process's first CUDA call and before it starts threads (setenv). Since CUDA 12.2 kernels load
+// at their first launch, and loading one may need the context synchronized: while an NCCL kernel
+// spins waiting for a peer (an exchange in flight beside the gradient), the model's launch would
+// wait for that kernel, and with the peer dead would wait forever, past the communicator's
+// deadline. Returns the environment's other mode when it set one (LAZY, say), else nullptr.
+// A no-op returning nullptr in a build without NCCL.
+const char* eager_kernel_loading_for_nccl();
 
 // A new NcclCommunicator over `comm` on `device` (collective, like the constructor). In a build
 // without NCCL it throws unavailable saying so.

@@ -4,7 +4,7 @@
 
 namespace dpg::collective {
 
-bool load_cuda_kernels_eagerly() { return false; }
+const char* eager_kernel_loading_for_nccl() { return nullptr; }
 
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(Communicator& comm, int device,
                                                          NcclOptions) {

@@ -43,7 +43,8 @@ inline void check(curandStatus_t e, const char* what) {
 // Device memory is allocated and freed in the order of the legacy default stream, where the
 // model's work runs (cudaMallocAsync, cudaFreeAsync): cudaMalloc and cudaFree may wait for the
 // whole device, and a batch larger than any before regrows buffers in the middle of a step, while
-// an NCCL exchange that waits on a peer may be running on its own stream (collective/nccl).
+// an NCCL exchange that waits on a peer may be running on its own stream (collective/nccl). A
+// device without stream-ordered allocation gets cudaMalloc and cudaFree.
 template <typename T, bool pinned = false>
 class Buffer {
  public:
@@ -52,7 +53,7 @@ class Buffer {
   Buffer& operator=(const Buffer&) = delete;
   Buffer(Buffer&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
-        capacity_(std::exchange(o.capacity_, 0)) {}
+        capacity_(std::exchange(o.capacity_, 0)), pooled_(o.pooled_) {}
   Buffer& operator=(Buffer&&) = delete;
   ~Buffer() { release(); }
   void resize(size_t n) {
@@ -61,10 +62,16 @@ class Buffer {
     release();
 #if defined(DPG_DEVICE_CUDA)
     void* p = nullptr;
-    check(pinned ? cudaHostAlloc(&p, n * sizeof(T), cudaHostAllocDefault)
-                 : cudaMallocAsync(&p, n * sizeof(T), cudaStreamLegacy),
-          ((pinned ? "cudaHostAlloc of " : "cudaMallocAsync of ") +
-           std::to_string(n * sizeof(T)) + " bytes").c_str());
+    cudaError_t e = pinned ? cudaHostAlloc(&p, n * sizeof(T), cudaHostAllocDefault)
+                           : cudaMallocAsync(&p, n * sizeof(T), cudaStreamLegacy);
+    pooled_ = !pinned;
+    if (e == cudaErrorNotSupported && !pinned) {
+      cudaGetLastError();
+      e = cudaMalloc(&p, n * sizeof(T));
+      pooled_ = false;
+    }
+    check(e, ((pinned ? "cudaHostAlloc of " : "device allocation of ") +
+              std::to_string(n * sizeof(T)) + " bytes").c_str());
     data_ = static_cast<T*>(p);
 #else
     data_ = new T[n];
@@ -108,8 +115,10 @@ class Buffer {
 #if defined(DPG_DEVICE_CUDA)
     if (pinned) {
       cudaFreeHost(data_);
-    } else {
+    } else if (pooled_) {
       cudaFreeAsync(data_, cudaStreamLegacy);
+    } else {
+      cudaFree(data_);
     }
 #else
     delete[] data_;
@@ -120,6 +129,7 @@ class Buffer {
   T* data_ = nullptr;
   size_t size_ = 0;
   size_t capacity_ = 0;
+  bool pooled_ = false;  // from cudaMallocAsync
 };
 
 // The staging of device-resident arrays to and from the host: kSlots pinned buffers in a ring, the

@@ -79,6 +79,13 @@ class Impl final : public DeviceMlp {
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
     name_ = "cuda:" + std::to_string(device_) + " (" + prop.name + ")";
+    // The stream-ordered allocations (Buffer's, Thrust's per-step temporaries) keep what is freed
+    // for reuse rather than hand it back to the driver at every synchronization.
+    if (cudaMemPool_t pool = nullptr; cudaDeviceGetDefaultMemPool(&pool, device_) == cudaSuccess) {
+      std::uint64_t keep = UINT64_MAX;
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    }
+    cudaGetLastError();  // a device without memory pools: Buffer falls back to cudaMalloc
     check(cublasCreate(&blas_), "cublasCreate");
     check(curandCreateGenerator(&gen_, CURAND_RNG_PSEUDO_PHILOX4_32_10), "create Philox generator");
 #else

@@ -254,8 +254,10 @@ TEST_CASE("host-memory device collectives: start_exchange returns before the pee
     // An all-reduce finishes an exchange in flight first.
     std::fill(in.begin(), in.end(), 0.0f);
     d.start_exchange(sends, recvs);
+    CHECK(d.in_flight());
     float one = 1.0f;
     d.allreduce(&one, 1);
+    CHECK_FALSE(d.in_flight());
     CHECK(one == 2.0f);
     for (float v : in) CHECK(v == static_cast<float>(other + 1));
   });

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/collective/communicator.h"
@@ -315,15 +316,20 @@ TEST_CASE("NCCL world of 1: a started exchange reads what the legacy stream wrot
   if (!have_gpus(1)) return;
   dpg::test::run_world(1, {}, [&](Communicator& c) {
     NcclCommunicator nccl(c, 0);
-    // 64 MiB, so that a memset queued on the legacy stream is still running when the exchange is
-    // started: the exchange's stream does not block on that stream, so only the communicator's
-    // own ordering (an event recorded there) makes NCCL send the memset's bytes.
+    // The legacy stream is held for 200 ms by a host function, so the memset queued behind it has
+    // certainly not run when the exchange starts: the exchange's stream does not block on that
+    // stream, so only the communicator's own ordering (an event recorded there) makes NCCL send
+    // the memset's bytes rather than the buffer's old ones.
     const std::size_t n = std::size_t{16} << 20;
     DeviceFloats src(std::vector<float>(n, 0.0f)), dst(std::vector<float>(n, 0.0f)),
         other(std::vector<float>(n, 0.0f)), second(std::vector<float>(n, 0.0f));
     for (int round = 0; round < 3; ++round) {
       CAPTURE(round);
       const int byte = 0x11 * (round + 1);
+      REQUIRE(cudaLaunchHostFunc(
+                  cudaStreamLegacy,
+                  [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); },
+                  nullptr) == cudaSuccess);
       REQUIRE(cudaMemsetAsync(src.p, byte, n * sizeof(float), cudaStreamLegacy) == cudaSuccess);
       const DeviceSend sends[] = {{0, src.p, n}};
       const DeviceRecv recvs[] = {{0, dst.p, n}};

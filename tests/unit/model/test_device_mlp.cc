@@ -163,7 +163,8 @@ std::vector<float> download(const DeviceMlp& d) {
   return g;
 }
 
-// The rows whose two largest CPU logits are within `rel` of the larger one's magnitude.
+// The rows whose two largest CPU logits are within `rel` of the larger one's magnitude, or of 1
+// when that is smaller.
 std::size_t near_ties(const Mlp& m, const Rows& rows, float rel) {
   const std::size_t n = rows.y.size(), classes = m.spec().classes;
   Workspace ws;
