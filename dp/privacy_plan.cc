@@ -150,8 +150,8 @@ PrivacyPlan plan_privacy(const PlanInputs& in) {
 }
 
 PrivacyPlan plan_with_multiplier_from(const PlanInputs& in, double sigma, const std::string& from) {
-  require(in.dp && in.noise_multiplier == 0, "a multiplier from " + from +
-                                                 " replaces only a calibration (dp on, noise_multiplier 0)");
+  require(in.dp && in.noise_multiplier == 0,
+          "a multiplier from " + from + " replaces only a calibration (dp on, noise_multiplier 0)");
   require(!in.secure_aggregation, "secure aggregation calibrates its own noise on its grid");
   require(sigma > 0 && std::isfinite(sigma), from + "'s noise multiplier " + std::to_string(sigma) +
                                                  " is not a positive number");
@@ -162,7 +162,8 @@ PrivacyPlan plan_with_multiplier_from(const PlanInputs& in, double sigma, const 
   if (!(eps <= in.target_epsilon)) {
     fail(Code::failed_precondition,
          from + "'s noise multiplier " + std::to_string(sigma) + " gives epsilon " +
-             std::to_string(eps) + " here, above target_epsilon " + std::to_string(in.target_epsilon));
+             std::to_string(eps) + " here, above target_epsilon " +
+             std::to_string(in.target_epsilon));
   }
   return p;
 }

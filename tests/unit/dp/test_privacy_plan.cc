@@ -219,7 +219,8 @@ TEST_CASE("secure aggregation: one peer, or a release that is not summed, is ref
   CHECK_THROWS_WITH(dp::plan_privacy(own), doctest::Contains("summed release"));
 }
 
-TEST_CASE("another party's calibrated multiplier: the same plan when it meets the target, else refused") {
+TEST_CASE("another party's calibrated multiplier: the same plan when it meets the target, "
+          "else refused") {
   for (const auto release : {dp::Release::summed, dp::Release::own}) {
     auto in = inputs(release, {15000, 15000, 20000, 10000});
     in.distributed_noise = true;
