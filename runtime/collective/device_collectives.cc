@@ -12,10 +12,10 @@ namespace dpg::collective {
 HostMemoryCollectives::~HostMemoryCollectives() {
   // An exchange still in flight (the caller threw between the halves) is waited for, so that no
   // receive lands in a buffer freed after this; each wait ends by the transport's deadline, at
-  // once after a failure.
-  for (const auto& h : in_flight_) {
+  // once after a failure, and a failed one leaves the rest still to wait for.
+  while (in_flight()) {
     try {
-      comm_.transport().wait(h);
+      finish_exchange();
     } catch (const std::exception&) {
       // The failure is the transport's; whoever uses it next is told.
     }

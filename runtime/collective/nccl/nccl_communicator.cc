@@ -549,19 +549,19 @@ void NcclCommunicator::start_exchange(std::span<const DeviceSend> sends,
     }
   }
   launched(first, what, call);
-  in_flight_ = InFlight{what};
+  in_flight_ = what;
 }
 
 void NcclCommunicator::finish_exchange() {
   if (!in_flight_) return;
-  const InFlight f = std::move(*in_flight_);
+  const std::string what = std::move(*in_flight_);
   in_flight_.reset();
-  rethrow_if_failed(f.what);
+  rethrow_if_failed(what);
   DeviceScope on(device_);
-  on_device(on.status(), f.what);
+  on_device(on.status(), what);
   // The deadline counts from here, as a transport's wait does, not from the start: the caller's
   // work in between (the gradient) is not the peers' to answer for.
-  await(f.what, Clock::now());
+  await(what, Clock::now());
 }
 
 const char* eager_kernel_loading_for_nccl() {

@@ -138,11 +138,9 @@ class NcclCommunicator final : public DeviceCollectives {
   bool failed_ = false;
   Code code_ = Code::internal;
   std::string message_;  // the first failure, "rank R: ..."
-  // The exchange start_exchange launched and finish_exchange has not waited for.
-  struct InFlight {
-    std::string what;
-  };
-  std::optional<InFlight> in_flight_;
+  // The exchange start_exchange launched and finish_exchange has not waited for, as messages
+  // name it; nothing when none is in flight.
+  std::optional<std::string> in_flight_;
 };
 
 // Asks CUDA to load every kernel when the process's CUDA context is created

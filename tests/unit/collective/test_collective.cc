@@ -263,6 +263,41 @@ TEST_CASE("host-memory device collectives: start_exchange returns before the pee
   });
 }
 
+TEST_CASE("host-memory device collectives: destroyed with an exchange in flight, they wait for it") {
+  // Else the peer's late message would land in a receive buffer freed with them. Rank 1 sends
+  // 200 ms after rank 0 has started, so rank 0's destruction must take at least that long.
+  std::atomic<bool> started{false};
+  run_world(2, Options{}, [&](Communicator& c) {
+    const int me = c.rank(), other = 1 - me;
+    std::vector<float> out(1000, static_cast<float>(me + 1));
+    if (me == 0) {
+      const auto begin = std::chrono::steady_clock::now();
+      {
+        std::vector<float> in(1000, 0.0f);
+        dpg::collective::HostMemoryCollectives d(c);
+        const std::vector<dpg::collective::DeviceSend> sends = {{other, out.data(), out.size()}};
+        const std::vector<dpg::collective::DeviceRecv> recvs = {{other, in.data(), in.size()}};
+        d.start_exchange(sends, recvs);
+        started = true;
+      }
+      CHECK(std::chrono::steady_clock::now() - begin >= std::chrono::milliseconds(150));
+    } else {
+      std::vector<float> in(1000, 0.0f);
+      dpg::collective::HostMemoryCollectives d(c);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!started && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      REQUIRE(started);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      const std::vector<dpg::collective::DeviceSend> sends = {{other, out.data(), out.size()}};
+      const std::vector<dpg::collective::DeviceRecv> recvs = {{other, in.data(), in.size()}};
+      d.exchange(sends, recvs);
+      for (float v : in) CHECK(v == 1.0f);
+    }
+  });
+}
+
 TEST_CASE("host-memory device collectives: exchange in order per pair, to itself too, and the sum") {
   run_world(3, Options{}, [&](Communicator& c) {
     dpg::collective::HostMemoryCollectives d(c);
