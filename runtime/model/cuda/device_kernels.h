@@ -15,18 +15,23 @@ using std::size_t;
 // ---------------------------------------------------------------------------------------------
 // The element-wise and reduction work, one functor each (the same code on both backends).
 
-struct Gather {  // the batch's rows and labels from the resident ones
+struct Gather {  // the batch's rows, labels and inputs' squared norms from the resident ones
   const float* x;
   const std::int32_t* y;
+  const float* x2;
   const std::uint32_t* rows;
   float* out;
   std::int32_t* labels;
+  float* a2;
   size_t width;
   DPG_HD void operator()(size_t k) const {
     const size_t i = k / width;
     const size_t c = k % width;
     out[k] = x[static_cast<size_t>(rows[i]) * width + c];
-    if (c == 0) labels[i] = y[rows[i]];
+    if (c == 0) {
+      labels[i] = y[rows[i]];
+      a2[i] = x2[rows[i]];
+    }
   }
 };
 
@@ -89,48 +94,79 @@ struct SoftmaxXent {
   }
 };
 
-// sq[i] (+)= |g_i|^2 (|a_i|^2 + 1): one layer's share of example i's squared gradient norm.
-struct Square {  // out = x * x, element by element
-  const float* x;
+// Up to kMaxParts row-major matrices of the same number of rows, seen as one index range: part
+// p's element j is index j plus the sizes of the parts before it. One pass over such a range is
+// one kernel launch where a pass per matrix would be one each; at the batch sizes a GPU trains
+// with, the DP step's element-wise work is bound by launches, not by arithmetic.
+constexpr int kMaxParts = 8;
+struct Parts {
+  float* x[kMaxParts] = {};
+  size_t cols[kMaxParts] = {};
+  int count = 0;
+  size_t rows = 0;
+  size_t size() const {
+    size_t n = 0;
+    for (int p = 0; p < count; ++p) n += rows * cols[p];
+    return n;
+  }
+  // The part of index k; k becomes the index within that part.
+  DPG_HD int find(size_t& k) const {
+    int p = 0;
+    while (p + 1 < count && k >= rows * cols[p]) k -= rows * cols[p++];
+    return p;
+  }
+};
+
+struct SquareParts {  // out[k] = the square of the parts' element k
+  Parts in;
   float* out;
-  DPG_HD void operator()(size_t k) const { out[k] = x[k] * x[k]; }
+  DPG_HD void operator()(size_t k) const {
+    size_t j = k;
+    const int p = in.find(j);
+    out[k] = in.x[p][j] * in.x[p][j];
+  }
 };
 
-// One layer's share of each example's squared gradient norm, |g_i|^2 (|a_i|^2 + 1), from the row
-// sums of squares of its output gradient (g2) and input (a2), added to the earlier layers'.
-struct GhostNorm {
-  const float* a2;
-  const float* g2;
-  float* sq;
-  bool first;
-  DPG_HD void operator()(size_t i) const { sq[i] = (first ? 0.0f : sq[i]) + g2[i] * (a2[i] + 1.0f); }
-};
-
-// dp::clip_factors's rule: min(1, C / (|g| + 1e-6)), 0 for a non-finite norm.
+// Each example's squared gradient norm, summed over the layers as the CPU does
+// (Mlp::per_example_sq_norms): |g_i|^2 (|a_i|^2 + 1) per layer, from the row sums of squares of
+// the layer's output gradient and input. The first layer's inputs' come from a2_in (computed once
+// per resident row), the others' from norms, which holds, b values each, the output gradient of
+// layer 0, then the input and the output gradient of each further layer. Then dp::clip_factors's
+// rule: min(1, C / (|g| + 1e-6)), 0 for a non-finite norm.
 struct ClipFactor {
-  const float* sq;
+  const float* norms;
+  const float* a2_in;
+  size_t b;
+  int layers;
   float* scale;
   float clip;
   DPG_HD void operator()(size_t i) const {
-    const float n2 = sq[i];
+    float n2 = 0.0f;
+    for (int l = 0; l < layers; ++l) {
+      const float g2 = norms[2 * static_cast<size_t>(l) * b + i];
+      const float a2 = l == 0 ? a2_in[i] : norms[(2 * static_cast<size_t>(l) - 1) * b + i];
+      n2 += g2 * (a2 + 1.0f);
+    }
     scale[i] = isfinite(n2) ? fminf(1.0f, clip / (sqrtf(n2) + 1e-6f)) : 0.0f;
   }
 };
 
-// Scales each example's output gradient by its clip factor; a dropped example's output gradient
-// and input activation become zeros (never 0 * inf in the sum).
+// Scales each example's row of the output gradients (grads) by its clip factor; a dropped
+// example's output gradient and input activation (inputs) rows become zeros (never 0 * inf in
+// the sum). grads and inputs are parts of one range: the output gradients first.
 struct ClipRows {
-  float* g;
-  float* a;
+  Parts parts;
+  int grads;  // parts [0, grads) are output gradients, the rest inputs
   const float* scale;
-  size_t in, out;
   DPG_HD void operator()(size_t k) const {
-    const size_t width = in > out ? in : out;
-    const size_t i = k / width;
-    const size_t c = k % width;
-    const float s = scale[i];
-    if (c < out) g[i * out + c] = s == 0.0f ? 0.0f : g[i * out + c] * s;
-    if (c < in && s == 0.0f) a[i * in + c] = 0.0f;
+    size_t j = k;
+    const int p = parts.find(j);
+    const float s = scale[j / parts.cols[p]];
+    if (p < grads) {
+      parts.x[p][j] = s == 0.0f ? 0.0f : parts.x[p][j] * s;
+    } else if (s == 0.0f) {
+      parts.x[p][j] = 0.0f;
+    }
   }
 };
 

@@ -69,6 +69,11 @@ class Impl final : public DeviceMlp {
       total += static_cast<size_t>(widths_[l + 1]) * (widths_[l] + 1);
     }
     num_params_ = total;
+    // The ghost norms square each layer's output gradient, and each layer's input but the first's
+    // (the inputs' norms are computed once per resident row, in upload_rows).
+    for (size_t l = 0; l + 1 < widths_.size(); ++l) {
+      ghost_cols_ += static_cast<size_t>(widths_[l + 1]) + (l > 0 ? widths_[l] : 0);
+    }
     if (params.size() != total) {
       fail(Code::invalid_argument, "device model: " + std::to_string(params.size()) +
                                        " parameters given, the model has " +
@@ -143,6 +148,14 @@ class Impl final : public DeviceMlp {
     x_.from_host(x);
     y_.from_host(labels);
     rows_ = labels.size();
+    // Each row's squared norm, once: the first layer's share of every step's ghost norms.
+    x2_.resize(std::max<size_t>(rows_, 1));
+    reserve(std::min<size_t>(rows_, 1024));
+    for (size_t start = 0; start < rows_; start += capacity_) {
+      const size_t n = std::min(capacity_, rows_ - start);
+      row_squares(x_.data() + start * inputs, n, inputs, x2_.data() + start);
+    }
+    sync();
   }
   size_t resident_rows() const override { return rows_; }
 
@@ -165,34 +178,18 @@ class Impl final : public DeviceMlp {
     grad_.zero();
     if (b > 0) {
       idx_.from_host(batch);
-      for_n(b * widths_[0], Gather{x_.data(), y_.data(), idx_.data(), act_[0].data(),
-                                   labels_.data(), static_cast<size_t>(widths_[0])});
+      for_n(b * widths_[0], Gather{x_.data(), y_.data(), x2_.data(), idx_.data(), act_[0].data(),
+                                   labels_.data(), a2_.data(), static_cast<size_t>(widths_[0])});
       forward(b);
       loss(b, true);
       backward(b);
-      const float* scale = nullptr;
       if (dp.enabled) {
-        for (int l = 0; l < layers(); ++l) {
-          row_squares(act_[l].data(), b, width(l), a2_.data());
-          row_squares(grad_of_[l].data(), b, width(l + 1), g2_.data());
-          for_n(b, GhostNorm{a2_.data(), g2_.data(), sq_.data(), l == 0});
-        }
-        for_n(b, ClipFactor{sq_.data(), scale_.data(), dp.clip_norm});
-        scale = scale_.data();
+        ghost_norms(b);
+        for_n(b, ClipFactor{norms_.data(), a2_.data(), b, layers(), scale_.data(), dp.clip_norm});
+        clip_rows(b);
       }
-      const Counts c = thrust::transform_reduce(
-          policy(), thrust::counting_iterator<size_t>(0), thrust::counting_iterator<size_t>(b),
-          CountOf{loss_.data(), correct_.data(), scale}, Counts{}, AddCounts{});
-      stats.loss_sum = c.loss;
-      stats.correct = c.correct;
-      stats.dropped = c.dropped;
-      stats.clipped = c.clipped;
       for (int l = 0; l < layers(); ++l) {
         const size_t in = width(l), out = width(l + 1);
-        if (scale != nullptr) {
-          for_n(b * std::max(in, out),
-                ClipRows{grad_of_[l].data(), act_[l].data(), scale, in, out});
-        }
         // dW (out, in) += grad^T (out, b) act (b, in); db (1, out) += ones (1, b) grad (b, out)
         gemm(true, false, static_cast<int>(out), static_cast<int>(in), static_cast<int>(b), 1.0f,
              grad_of_[l].data(), static_cast<int>(out), act_[l].data(), static_cast<int>(in),
@@ -214,6 +211,17 @@ class Impl final : public DeviceMlp {
     }
     for_n(num_params_,
           Release{grad_.data(), noise, static_cast<float>(1.0 / dp.expected_batch)});
+    if (b > 0) {
+      // Last, as the one wait for the device: every kernel of the step is queued before it.
+      const Counts c = thrust::transform_reduce(
+          policy(), thrust::counting_iterator<size_t>(0), thrust::counting_iterator<size_t>(b),
+          CountOf{loss_.data(), correct_.data(), dp.enabled ? scale_.data() : nullptr}, Counts{},
+          AddCounts{});
+      stats.loss_sum = c.loss;
+      stats.correct = c.correct;
+      stats.dropped = c.dropped;
+      stats.clipped = c.clipped;
+    }
     sync();
     return stats;
   }
@@ -361,9 +369,10 @@ class Impl final : public DeviceMlp {
     grad_of_.resize(widths_.size() - 1);
     for (size_t l = 0; l < widths_.size(); ++l) act_[l].resize(capacity_ * widths_[l]);
     for (size_t l = 0; l + 1 < widths_.size(); ++l) grad_of_[l].resize(capacity_ * widths_[l + 1]);
-    for (auto* v : {&loss_, &sq_, &scale_, &a2_, &g2_}) v->resize(capacity_);
+    for (auto* v : {&loss_, &scale_, &a2_}) v->resize(capacity_);
+    norms_.resize(capacity_ * 2 * widths_.size());
     const size_t widest = *std::max_element(widths_.begin(), widths_.end());
-    squares_.resize(capacity_ * widest);
+    squares_.resize(capacity_ * std::max(widest, ghost_cols_));
     ones_.resize(std::max(capacity_, widest));  // a batch's ones (bias sums), a row's (norms)
     correct_.resize(capacity_);
     labels_.resize(capacity_);
@@ -371,13 +380,65 @@ class Impl final : public DeviceMlp {
     for_n(ones_.size(), Fill{ones_.data(), 1.0f});
   }
 
-  // out[i] = sum_c x[i][c]^2 over the rows of the (rows, cols) matrix x: the squares element by
-  // element, then their row sums as a matrix-vector product. Both read memory in order, with a
-  // thread per element, where a loop per row would leave a GPU a thread per example.
-  void row_squares(const float* x, size_t rows, size_t cols, float* out) {
-    for_n(rows * cols, Square{x, squares_.data()});
-    gemm(false, false, static_cast<int>(rows), 1, static_cast<int>(cols), 1.0f, squares_.data(),
+  // out[i] = sum_c x[i][c]^2 over the rows of the (rows, cols) matrix x.
+  void row_squares(float* x, size_t rows, size_t cols, float* out) {
+    in_passes({{x, cols}}, rows, [&](const Parts& one, size_t) {
+      for_n(one.size(), SquareParts{one, squares_.data()});
+      row_sums(squares_.data(), rows, cols, out);
+    });
+  }
+  // out[i] = sum_c x[i][c] as a matrix-vector product: it reads memory in order, with a thread
+  // per element, where a loop per row would leave a GPU a thread per example.
+  void row_sums(const float* x, size_t rows, size_t cols, float* out) {
+    gemm(false, false, static_cast<int>(rows), 1, static_cast<int>(cols), 1.0f, x,
          static_cast<int>(cols), ones_.data(), 1, 0.0f, out, 1);
+  }
+
+  // Calls pass(parts, first) for each run of up to kMaxParts of the (matrix, columns) list, all
+  // of `rows` rows; first is the index of the run's first matrix in the list.
+  template <typename F>
+  static void in_passes(const std::vector<std::pair<float*, size_t>>& mats, size_t rows, F pass) {
+    for (size_t first = 0; first < mats.size(); first += kMaxParts) {
+      Parts parts;
+      parts.rows = rows;
+      for (size_t m = first; m < std::min(mats.size(), first + kMaxParts); ++m) {
+        parts.x[parts.count] = mats[m].first;
+        parts.cols[parts.count++] = mats[m].second;
+      }
+      pass(parts, first);
+    }
+  }
+
+  // norms_ (ClipFactor's layout): the row sums of squares of layer 0's output gradient, then of
+  // each further layer's input and output gradient. The squares of up to kMaxParts matrices are
+  // one pass, each matrix's row sums one product.
+  void ghost_norms(size_t b) {
+    std::vector<std::pair<float*, size_t>> mats;
+    for (int l = 0; l < layers(); ++l) {
+      if (l > 0) mats.emplace_back(act_[l].data(), width(l));
+      mats.emplace_back(grad_of_[l].data(), width(l + 1));
+    }
+    in_passes(mats, b, [&](const Parts& parts, size_t first) {
+      for_n(parts.size(), SquareParts{parts, squares_.data()});
+      const float* squares = squares_.data();
+      for (int p = 0; p < parts.count; ++p) {
+        row_sums(squares, b, parts.cols[p], norms_.data() + (first + p) * b);
+        squares += b * parts.cols[p];
+      }
+    });
+  }
+
+  // Every layer's output gradient rows scaled by the clip factors, and a dropped example's input
+  // rows zeroed: one pass per kMaxParts matrices.
+  void clip_rows(size_t b) {
+    std::vector<std::pair<float*, size_t>> mats;
+    for (int l = 0; l < layers(); ++l) mats.emplace_back(grad_of_[l].data(), width(l + 1));
+    for (int l = 0; l < layers(); ++l) mats.emplace_back(act_[l].data(), width(l));
+    const auto grads = static_cast<size_t>(layers());
+    in_passes(mats, b, [&](const Parts& parts, size_t first) {
+      const int in_grads = static_cast<int>(std::clamp(grads, first, first + parts.count) - first);
+      for_n(parts.size(), ClipRows{parts, in_grads, scale_.data()});
+    });
   }
 
   void forward(size_t b) {
@@ -441,6 +502,7 @@ class Impl final : public DeviceMlp {
   std::vector<int> widths_;
   std::vector<size_t> offsets_;
   size_t num_params_ = 0;
+  size_t ghost_cols_ = 0;  // columns the ghost norms square per example
   int device_ = 0;
   std::string name_;
 #if defined(DPG_DEVICE_CUDA)
@@ -452,11 +514,14 @@ class Impl final : public DeviceMlp {
   bool started_ = false;
   Buffer<float> x_;
   Buffer<std::int32_t> y_;
+  Buffer<float> x2_;  // each resident row's squared norm
   size_t rows_ = 0;
 
   size_t capacity_ = 0;
   std::vector<Buffer<float>> act_, grad_of_;
-  Buffer<float> loss_, sq_, scale_, ones_, a2_, g2_, squares_;
+  Buffer<float> loss_, scale_, ones_, squares_;
+  Buffer<float> a2_;     // the batch's inputs' squared norms (from x2_)
+  Buffer<float> norms_;  // the ghost norms' row sums of squares (ClipFactor's layout)
   Buffer<std::uint8_t> correct_;
   Buffer<std::int32_t> labels_;
   Buffer<std::uint32_t> idx_;

@@ -257,6 +257,36 @@ TEST_CASE("device: the clipped sum, its clipped and dropped counts match the CPU
   }
 }
 
+// Six layers give the ghost norms 11 matrices to square and the clipping 12 to scale: more than
+// one pass of kMaxParts (8) each. 2,500 resident rows take the inputs' norms three chunks.
+TEST_CASE("device: a deep model's clipped sum matches the CPU's, over rows of every chunk") {
+  MlpSpec spec;
+  spec.inputs = 31;
+  spec.hidden = {23, 17, 13, 11, 9};
+  spec.classes = 5;
+  spec.activation = Activation::tanh;
+  const Mlp cpu(spec, 41);
+  auto dev = make(cpu);
+  Rows rows = random_rows(spec, 2500, 12);
+  rows.x[2299 * spec.inputs + 30] = std::numeric_limits<float>::infinity();  // row 2299
+  dev->upload_rows(rows.x, rows.y);
+  std::vector<std::uint32_t> batch;
+  for (std::uint32_t r = 3; r < 2500; r += 7) batch.push_back(r);  // 2299 = 3 + 7 * 328
+  DeviceDpOptions dp;
+  dp.clip_norm = 1.3f;
+  dp.noise_multiplier = 0.0;
+  dp.expected_batch = 350;
+  const auto stats = dev->gradient(batch, 1, dp);
+  const CpuStep ref = cpu_step(cpu, rows, batch, dp);
+  check_close(download(*dev), ref.grad);
+  CHECK(stats.dropped == 1);
+  CHECK(ref.dropped == 1);
+  CHECK(stats.clipped == ref.clipped);
+  CHECK(ref.clipped > 0);
+  CHECK(ref.clipped + ref.dropped < batch.size());  // some examples are left as they are
+  CHECK(stats.loss_sum == doctest::Approx(ref.loss_sum).epsilon(1e-5));
+}
+
 TEST_CASE("device: noise is cuRAND's Philox normal stream, keyed by seed, rank and step") {
   const Mlp cpu(spec_of(Activation::relu), 2);
   auto dev = make(cpu);
