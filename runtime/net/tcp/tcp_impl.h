@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,6 +85,20 @@ struct Conn {
   // Writer: posted sends in order, and one control frame (bye or abort) to go after them.
   uint32_t send_head = kNone, send_tail = kNone;
   bool writing = false;
+  // The head send's frame bytes handed on so far (header included). Once a wait has failed the
+  // caller's buffers are its own again, so a frame already begun goes on from `rest`, a copy of
+  // what was left of it (detach_sends), and the control frame after it still arrives whole;
+  // where no copy could be made (the owner unwinding, its buffers perhaps gone), the connection
+  // is `cut`. Plain TCP's write in flight, which reads the caller's buffer, is cancelled then;
+  // TLS copies each piece into tls_out first (a ring segment at a time), so its write in flight
+  // never reads it.
+  std::size_t sent = 0;
+  std::vector<std::byte> rest;
+  bool cut = false;
+  bool writing_data = false;  // plain TCP: the reactor is writing the head frame from `sent` on
+  bool rearm_read = false;    // detach_sends cancelled the reader's readiness wait
+  static constexpr std::size_t kTlsOutBytes = kHeaderBytes + 256 * 1024;  // a ring segment
+  std::unique_ptr<std::byte[]> tls_out;
   HeaderBytes control_header{};
   std::string control_payload;
   bool control_pending = false;
@@ -144,6 +159,16 @@ struct TcpTransport::Impl {
   void enqueue_recv(uint32_t index);
   void start_write(Conn& c);
   void send_done(Conn& c);
+  // What is left of the head send's frame: the rest of its header, then of its payload.
+  std::pair<std::span<const std::byte>, std::span<const std::byte>> unsent(const Conn& c);
+  void write_tls(Conn& c);
+  void frame_done(Conn& c);
+  // After a failed wait, before it throws: no write reads a caller's send buffer any more (a
+  // frame begun goes on from a copy of its rest), and no read writes into a receive's (the
+  // reader drops payloads once the transport has failed). With the progress thread this runs
+  // there, and returns once it has. `copy` false (unwinding: the buffers may already be gone)
+  // cuts the connections of frames begun instead.
+  void detach_sends(bool copy);
   // Reads what the socket has, without blocking, into posted receives (tcp_reader.cc); when it
   // runs dry it leaves a readiness wait armed in the reactor, so that the next byte calls it
   // again. Returns whether it completed a receive. Called by the reactor, and on the waiting

@@ -71,6 +71,10 @@ void TcpTransport::Impl::arm(Conn& c) {
   }
   c.socket.async_wait(tcp::socket::wait_read, [this, &c](error_code ec) {
     c.wait_armed = false;
+    if (ec == asio::error::operation_aborted && c.rearm_read && !c.cut) {
+      c.rearm_read = false;  // cancelled with a send by detach_sends, not stopped
+      return arm(c);
+    }
     if (ec) return stop_reading(c, ec);
     pump(c);
   });

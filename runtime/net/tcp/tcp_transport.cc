@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <future>
+#include <memory>
 
 #include "runtime/core/log.h"
 #include "runtime/net/tcp/tcp_impl.h"
@@ -20,17 +22,17 @@ namespace {
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 
-// Writes a send's header and payload as far as the socket takes them now; returns the bytes
-// written (0 when it is full).
-std::size_t write_now(Conn& c, const OpSlot& s, error_code& ec) {
-  if (c.tls) return 0;  // TLS: the stream encrypts and writes, on the reactor
-  tcp::socket& socket = c.socket;
-  iovec iov[2] = {{const_cast<std::byte*>(s.header.data()), kHeaderBytes}, {s.data, s.size}};
+// Writes the two pieces as far as the socket takes them now; returns the bytes written (0 when
+// it is full).
+std::size_t write_now(Conn& c, std::span<const std::byte> a, std::span<const std::byte> b,
+                      error_code& ec) {
+  iovec iov[2] = {{const_cast<std::byte*>(a.data()), a.size()},
+                  {const_cast<std::byte*>(b.data()), b.size()}};
   msghdr msg{};
   msg.msg_iov = iov;
-  msg.msg_iovlen = s.size > 0 ? 2 : 1;
+  msg.msg_iovlen = b.empty() ? 1 : 2;
   for (;;) {
-    const ssize_t n = ::sendmsg(socket.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    const ssize_t n = ::sendmsg(c.socket.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n >= 0) return static_cast<std::size_t>(n);
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -121,33 +123,60 @@ void TcpTransport::Impl::send_done(Conn& c) {
   ops.complete(ops.take_front(c.send_head, c.send_tail));
 }
 
+std::pair<std::span<const std::byte>, std::span<const std::byte>> TcpTransport::Impl::unsent(
+    const Conn& c) {
+  if (!c.rest.empty()) return {std::span<const std::byte>(c.rest).subspan(c.sent), {}};
+  const OpSlot& s = ops.slot(c.send_head);
+  const std::size_t of_header = std::min(c.sent, kHeaderBytes);
+  return {std::span<const std::byte>(s.header).subspan(of_header),
+          std::span<const std::byte>(s.data, s.size).subspan(c.sent - of_header)};
+}
+
+// The head frame is all handed on. A frame finished from its copy (rest) is a send whose wait
+// has already failed: its slot completes all the same, as nobody will wait on it.
+void TcpTransport::Impl::frame_done(Conn& c) {
+  c.sent = 0;
+  std::vector<std::byte>().swap(c.rest);
+  send_done(c);
+}
+
 void TcpTransport::Impl::start_write(Conn& c) {
-  if (ops.poisoned() && !c.control_pending) return;
-  // Sends go out straight away while the socket takes them; the reactor finishes the rest. Once
-  // the transport has failed no new data frame starts (its buffer may already be gone); only the
-  // control frame that says why goes out.
-  while (c.send_head != kNone && !ops.poisoned()) {
-    OpSlot& s = ops.slot(c.send_head);
+  if (c.writing || c.cut) return;
+  // Data frames go out straight away while the socket takes them; the reactor writes the rest.
+  // Once the transport has failed no new data frame starts (its buffer may already be gone);
+  // only a frame already begun is finished (from its copy, once a failed wait has made one),
+  // then the control frame that says why.
+  while (c.send_head != kNone && (!ops.poisoned() || c.sent > 0 || !c.rest.empty())) {
+    if (c.tls) return write_tls(c);
+    const auto [head, body] = unsent(c);
     error_code ec;
-    const std::size_t wrote = write_now(c, s, ec);
+    const std::size_t wrote = write_now(c, head, body, ec);
     if (ec) return lost(c, "sending", ec);
-    if (wrote == kHeaderBytes + s.size) {
-      send_done(c);
+    if (wrote == head.size() + body.size()) {
+      frame_done(c);
       continue;
     }
-    c.writing = true;
-    std::array<asio::const_buffer, 2> bufs = {asio::buffer(s.header), asio::buffer(s.data, s.size)};
-    const std::size_t of_header = std::min(wrote, kHeaderBytes);
-    bufs[0] += of_header;
-    bufs[1] += wrote - of_header;
-    c.write_all(bufs, [this, &c](error_code ec, std::size_t) {
-      c.writing = false;
+    // The reactor writes the rest as the socket takes it. Its write reads the caller's buffer
+    // until it ends: a failed wait cancels it (detach_sends), and it goes on from the copy.
+    c.sent += wrote;
+    c.writing = c.writing_data = true;
+    const std::array<asio::const_buffer, 2> bufs = {
+        asio::buffer(head.data() + wrote, head.size() - std::min(wrote, head.size())),
+        asio::buffer(body.data() + (wrote > head.size() ? wrote - head.size() : 0),
+                     body.size() - (wrote > head.size() ? wrote - head.size() : 0))};
+    asio::async_write(c.socket, bufs, [this, &c](error_code ec, std::size_t n) {
+      c.writing = c.writing_data = false;
+      if (ec == asio::error::operation_aborted && !c.rest.empty() && !c.cut) {
+        c.sent = n;  // cancelled by detach_sends: the rest of the frame is in c.rest
+        return start_write(c);
+      }
       if (ec) return lost(c, "sending", ec);
-      send_done(c);
+      frame_done(c);
       start_write(c);
     });
     return;
   }
+  if (ops.poisoned() && !c.control_pending) return;
   if (c.beat_pending && !c.control_pending) {
     c.beat_pending = false;
     c.writing = true;
@@ -169,6 +198,67 @@ void TcpTransport::Impl::start_write(Conn& c) {
       c.control_sent = true;
     });
   }
+}
+
+// TLS: the next piece of the head frame is copied into tls_out and written from there, so that
+// the stream's write in flight never holds the caller's memory.
+void TcpTransport::Impl::write_tls(Conn& c) {
+  const auto [head, body] = unsent(c);
+  if (head.empty() && body.empty()) {
+    frame_done(c);
+    return start_write(c);
+  }
+  if (!c.tls_out) c.tls_out = std::make_unique<std::byte[]>(Conn::kTlsOutBytes);
+  const std::size_t h = std::min(head.size(), Conn::kTlsOutBytes);
+  const std::size_t b = std::min(body.size(), Conn::kTlsOutBytes - h);
+  if (h > 0) std::memcpy(c.tls_out.get(), head.data(), h);
+  if (b > 0) std::memcpy(c.tls_out.get() + h, body.data(), b);
+  c.sent += h + b;
+  c.writing = true;
+  c.write_all(asio::buffer(c.tls_out.get(), h + b), [this, &c](error_code ec, std::size_t) {
+    c.writing = false;
+    if (ec) return lost(c, "sending", ec);
+    start_write(c);
+  });
+}
+
+void TcpTransport::Impl::detach_sends(bool copy) {
+  auto detach = [this, copy] {
+    for (auto& cp : conns) {
+      if (!cp || cp->cut || cp->send_head == kNone || cp->sent == 0 || !cp->rest.empty()) continue;
+      Conn& c = *cp;
+      const auto [head, body] = unsent(c);
+      if (head.empty() && body.empty()) continue;  // all handed on: nothing more is read
+      if (!copy) {
+        c.cut = true;
+        error_code ignored;
+        c.socket.close(ignored);
+        continue;
+      }
+      c.rest.reserve(head.size() + body.size());
+      c.rest.assign(head.begin(), head.end());
+      c.rest.insert(c.rest.end(), body.begin(), body.end());
+      c.sent = 0;
+      if (c.writing_data) {
+        // The reactor's write from the caller's buffer stops here; its handler learns how much
+        // of the copy it had written. The reader's readiness wait is cancelled with it and is
+        // armed again (arm).
+        c.rearm_read = c.wait_armed;
+        error_code ignored;
+        c.socket.cancel(ignored);
+      }
+    }
+  };
+  if (!options.progress_thread) return detach();
+  // The I/O thread's handlers never block, so it gets here soon; one that has died (its failure
+  // poisoned the transport) runs nothing any more.
+  auto done = std::make_shared<std::promise<void>>();
+  auto ran = done->get_future();
+  asio::post(io, [detach, done] {
+    detach();
+    done->set_value();
+  });
+  ran.wait_for(std::chrono::seconds(1));
 }
 
 // ---- reader ----
@@ -251,7 +341,7 @@ void TcpTransport::Impl::send_control(FrameKind kind, const std::string& payload
 
 bool TcpTransport::Impl::control_flushed() const {
   for (auto& c : conns) {
-    if (c && !c->control_sent && !c->eof) return false;
+    if (c && !c->control_sent && !c->eof && !c->cut) return false;
   }
   return true;
 }
@@ -259,6 +349,9 @@ bool TcpTransport::Impl::control_flushed() const {
 void TcpTransport::Impl::shutdown(bool unwinding) {
   if (unwinding) {
     ops.poison(Code::aborted, prefix() + "stopped on an error of its own (see its log)");
+    // The owner's buffers may be gone already (destroyed before the transport as the stack
+    // unwinds): a send begun and not yet detached cannot be finished.
+    detach_sends(false);
   }
   const bool clean = !ops.poisoned();
   on_io([this, clean] {
@@ -369,6 +462,8 @@ void TcpTransport::wait(Handle handle) {
   try {
     impl_->ops.wait(handle, impl_->options.progress_thread ? nullptr : &impl_->driver);
   } catch (const Error& e) {
+    // From here on the caller may free or reuse the buffers of everything it posted.
+    if (impl_->ops.poisoned()) impl_->detach_sends(true);
     // A timeout here or a peer's abort: find out from the others who stalled.
     if (e.code() != Code::deadline_exceeded && e.code() != Code::aborted) throw;
     throw Error(e.code(), impl_->gather_reports(e.what()));

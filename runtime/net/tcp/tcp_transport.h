@@ -1,6 +1,12 @@
 // The transport over TCP with Boost.Asio: one connection per pair of peers that talk, one I/O
 // thread running one io_context, framed messages read straight into the posted receive buffers.
 // Nothing here exposes Asio; the caller sees only the Transport interface.
+//
+// A wait that throws hands every posted buffer back: from then on nothing reads or writes one (a
+// send already begun goes on from a copy of its rest, so that the frame and the abort after it
+// arrive whole; the reader drops payloads). A transport destroyed while the stack unwinds, with
+// sends never waited on, gives up the connections of frames it had begun instead, as their
+// buffers may be gone; with the progress thread one may still be written from as it goes.
 #pragma once
 
 #include <chrono>
@@ -28,7 +34,7 @@ struct TcpOptions {
   std::chrono::milliseconds handshake_timeout{0};
   // Wrap every connection in TLS 1.3 with the hosts file's certificates (tls, peers[].cert_file):
   // each peer verifies the other's certificate against the CA. Costs throughput (encryption and
-  // a copy out of the TLS buffer; see docs/BENCHMARKS.md).
+  // copies into and out of the TLS buffers; see docs/BENCHMARKS.md).
   bool tls = false;
 };
 

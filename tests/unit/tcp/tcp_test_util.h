@@ -1,11 +1,14 @@
 // Shared by the TCP tests: peers as threads of this process over loopback.
 #pragma once
 
+#include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -56,6 +59,55 @@ inline std::vector<std::string> run_tcp(int n, net::TcpOptions o,
                                         const PerRank& per_rank = {},
                                         const std::vector<std::vector<int>>& peers = {}) {
   return run_tcp_on(net::local_hosts(n), o, body, per_rank, peers);
+}
+
+// Rank 0 sends 32 MiB to rank 1, which does not read yet, so the socket takes only part of it
+// and the rest waits to be written. Then the buffer becomes the caller's again, who overwrites it
+// (as freed memory would be reused) and closes the transport, which still flushes what it has to
+// say; rank 1 reads, and nothing it gets may come from the overwritten buffer. The buffer
+// becomes the caller's:
+// - wait_fails: when rank 0's wait passes its deadline (500 ms) and throws; rank 0 catches that
+//   and closes the transport as usual;
+// - unwinds: when rank 0 leaves without waiting, on an error of its own, the transport closing
+//   as the stack unwinds.
+// The buffer outlives the transport, so that a write still reading it would send what was
+// written over it rather than fail on memory handed back.
+enum class GivenBack { wait_fails, unwinds };
+inline void check_failed_send_detached(const net::HostsFile& hosts, net::TcpOptions o,
+                                       GivenBack how) {
+  using namespace std::chrono_literals;
+  o.timeout = 500ms;
+  constexpr std::size_t kBytes = 32u << 20;
+  std::atomic<bool> overwritten{false};
+  std::vector<std::byte> data(kBytes, std::byte{0x11});
+  std::vector<std::byte> got(kBytes, std::byte{0});
+  std::string failed_wait;
+  auto errors = run_tcp_on(hosts, o, [&](net::TcpTransport& t) {
+    const net::Tag tag{7, 1, 0};
+    if (t.rank() == 0) {
+      const net::Handle h = t.send(1, tag, data);
+      if (how == GivenBack::wait_fails) {
+        try {
+          t.wait(h);
+        } catch (const Error& e) {
+          failed_wait = e.what();
+        }
+      } else {
+        std::this_thread::sleep_for(200ms);  // its writer takes what the socket takes
+      }
+      std::fill(data.begin(), data.end(), std::byte{0xAB});
+      overwritten = true;
+      if (how == GivenBack::unwinds) throw Error(Code::aborted, "rank 0: stopping on purpose");
+      return;
+    }
+    for (int i = 0; i < 500 && !overwritten; ++i) std::this_thread::sleep_for(10ms);
+    t.wait(t.recv(0, tag, got));
+  });
+  CAPTURE(failed_wait);
+  CAPTURE(errors[0]);
+  CAPTURE(errors[1]);
+  if (how == GivenBack::wait_fails) CHECK(failed_wait.find("timed out") != std::string::npos);
+  CHECK(std::count(got.begin(), got.end(), std::byte{0xAB}) == 0);
 }
 
 // Rank 0 of two, on a thread of its own, waiting for one message from rank 1 while the test

@@ -163,3 +163,19 @@ TEST_CASE("a stalled peer is named two hops away: a wait on a live peer outlasts
     }
   }
 }
+
+TEST_CASE("a failed send's buffer is the caller's again: what is sent after never reads it") {
+  for (bool thread : {false, true}) {
+    CAPTURE(thread);
+    TcpOptions o;
+    o.progress_thread = thread;
+    for (auto how : {dpg::test::GivenBack::wait_fails, dpg::test::GivenBack::unwinds}) {
+      // Unwinding takes the buffer away with no wait to hand it over: a progress thread may be
+      // writing from it at that moment (a race no transport can close), so only the caller's
+      // own thread runs the I/O there.
+      if (how == dpg::test::GivenBack::unwinds && thread) continue;
+      CAPTURE(static_cast<int>(how));
+      dpg::test::check_failed_send_detached(dpg::net::local_hosts(2), o, how);
+    }
+  }
+}

@@ -92,6 +92,23 @@ TEST_CASE("tls: all-reduce over TLS with a secret, 4 peers, both progress modes"
   }
 }
 
+TEST_CASE("tls: a failed send's buffer is the caller's again, in both progress modes") {
+  for (bool thread : {false, true}) {
+    CAPTURE(thread);
+    TcpOptions o;
+    o.tls = true;
+    o.progress_thread = thread;
+    for (auto how : {dpg::test::GivenBack::wait_fails, dpg::test::GivenBack::unwinds}) {
+      // Unwinding takes the buffer away with no wait to hand it over: a progress thread may be
+      // writing from it at that moment (a race no transport can close), so only the caller's
+      // own thread runs the I/O there.
+      if (how == dpg::test::GivenBack::unwinds && thread) continue;
+      CAPTURE(static_cast<int>(how));
+      dpg::test::check_failed_send_detached(pki().hosts(2), o, how);
+    }
+  }
+}
+
 TEST_CASE("tls: a peer whose certificate another CA signed is refused; the genuine one joins") {
   HostsFile good = pki().hosts(2);
   TcpOptions o;
