@@ -179,3 +179,23 @@ TEST_CASE("a failed send's buffer is the caller's again: what is sent after neve
     }
   }
 }
+
+TEST_CASE("a failed wait that cancels a send in flight still hears the peer's report after it") {
+  // detach_sends cancels rank 0's write in flight, and with it the reader's readiness wait,
+  // which it arms again: rank 1's abort, sent while rank 0 listens for reports, must be read.
+  TcpOptions o;
+  o.timeout = 3000ms;  // rank 0 listens for reports for timeout / 4
+  std::vector<std::byte> data(32u << 20, std::byte{0x11});
+  auto errors = run_tcp(2, o, [&](TcpTransport& t) {
+    const dpg::net::Tag tag{7, 1, 0};
+    if (t.rank() == 0) {
+      t.wait(t.send(1, tag, data));  // rank 1 does not read: times out
+      return;
+    }
+    std::this_thread::sleep_for(3300ms);  // silent past rank 0's deadline, then fails itself
+    throw dpg::Error(dpg::Code::aborted, "rank 1: stopping on purpose");
+  });
+  CAPTURE(errors[0]);
+  CHECK(errors[0].find("timed out") != std::string::npos);
+  CHECK(errors[0].find("peer 1 reports:") != std::string::npos);
+}
