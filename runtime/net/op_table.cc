@@ -177,6 +177,12 @@ std::string OpTable::failure() const {
   return message_;
 }
 
+std::string OpTable::report() const {
+  std::lock_guard lock(wait_mu_);
+  const std::string prefix = "rank " + std::to_string(rank_) + ": ";
+  return message_.rfind(prefix, 0) == 0 ? message_ : prefix + message_;
+}
+
 void OpTable::rethrow(const std::string& context) const {
   std::lock_guard lock(wait_mu_);
   const std::string prefix = "rank " + std::to_string(rank_) + ": ";

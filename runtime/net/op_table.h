@@ -98,6 +98,9 @@ class OpTable {
   // Throws the stored failure: "rank R: <context> failed: <first failure>".
   [[noreturn]] void rethrow(const std::string& context) const;
   std::string failure() const;
+  // The failure as this rank tells its peers: "rank R: <first failure>" (one prefix, whether the
+  // failure was its own or a peer's it heard of).
+  std::string report() const;
 
   int rank() const { return rank_; }
   std::chrono::milliseconds timeout() const { return timeout_; }

@@ -7,13 +7,18 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 require_fmnist
 source "$(dirname "${BASH_SOURCE[0]}")/peers.sh"
 
+# Every rank's log: a wrong diagnosis is explained by what the others saw.
+show_logs() {
+  for f in "$work"/rank-*.log; do echo "--- $(basename "$f")"; cat "$f"; done
+}
+
 # 1. Rank 2 is killed: the others notice at once (connection lost or a peer's abort).
 start_peers 30
 kill -9 "${pids[2]}"
 wait "${pids[2]}" 2>/dev/null || true
 expect_exit 10 0 1 3
 for r in 0 1 3; do
-  grep -q "peer 2" "$work/rank-$r.log" || { echo "rank $r does not name peer 2:"; cat "$work/rank-$r.log"; exit 1; }
+  grep -q "peer 2" "$work/rank-$r.log" || { echo "rank $r does not name peer 2:"; show_logs; exit 1; }
 done
 echo "killed peer: the others exited, naming peer 2"
 
@@ -23,7 +28,7 @@ kill -STOP "${pids[1]}"
 expect_exit 15 0 2 3
 kill -9 "${pids[1]}"
 for r in 0 2 3; do
-  grep -q "peer 1 is silent" "$work/rank-$r.log" || { echo "rank $r does not name peer 1:"; cat "$work/rank-$r.log"; exit 1; }
+  grep -q "peer 1 is silent" "$work/rank-$r.log" || { echo "rank $r does not name peer 1:"; show_logs; exit 1; }
 done
 grep -q "timed out" "$work/rank-0.log" "$work/rank-2.log" "$work/rank-3.log"
 for r in 0 3; do grep -h -A3 "error" "$work/rank-$r.log" | head -4; done
@@ -36,7 +41,7 @@ kill -9 "${pids[3]}"
 wait "${pids[3]}" 2>/dev/null || true
 expect_exit 10 0 1 2 4 5
 for r in 0 1 2 4 5; do
-  grep -q "peer 3" "$work/rank-$r.log" || { echo "rank $r does not name peer 3:"; cat "$work/rank-$r.log"; exit 1; }
+  grep -q "peer 3" "$work/rank-$r.log" || { echo "rank $r does not name peer 3:"; show_logs; exit 1; }
 done
 echo "gossip, killed peer: the others exited, naming peer 3"
 
@@ -48,7 +53,7 @@ kill -STOP "${pids[4]}"
 expect_exit 15 0 1 2 3 5
 kill -9 "${pids[4]}"
 for r in 0 1 2 3 5; do
-  grep -q "peer 4 is silent" "$work/rank-$r.log" || { echo "rank $r does not name peer 4:"; cat "$work/rank-$r.log"; exit 1; }
+  grep -q "peer 4 is silent" "$work/rank-$r.log" || { echo "rank $r does not name peer 4:"; show_logs; exit 1; }
 done
 for r in 0 3; do grep -h -A3 "error" "$work/rank-$r.log" | head -4; done
 echo "gossip, stalled peer: the others timed out, naming peer 4"
@@ -75,7 +80,7 @@ for transport in tcp shm; do
   wait "${pids[3]}" 2>/dev/null || true
   expect_exit 20 0 1 2
   for r in 0 1 2; do
-    grep -q "peer 3" "$work/rank-$r.log" || { echo "rank $r does not name peer 3 ($transport):"; cat "$work/rank-$r.log"; exit 1; }
+    grep -q "peer 3" "$work/rank-$r.log" || { echo "rank $r does not name peer 3 ($transport):"; show_logs; exit 1; }
   done
   grep -h "error" "$work/rank-0.log" | head -2
   echo "killed at its first connection over $transport: the others exited, naming peer 3"
@@ -109,7 +114,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 ' "$work/hosts.json" 2>/dev/null || true
 expect_exit 20 0 1 2
 for r in 0 1 2; do
-  grep -q "peer 3" "$work/rank-$r.log" || { echo "rank $r does not name peer 3 (handshake):"; cat "$work/rank-$r.log"; exit 1; }
+  grep -q "peer 3" "$work/rank-$r.log" || { echo "rank $r does not name peer 3 (handshake):"; show_logs; exit 1; }
 done
 grep "refused" "$work/rank-0.log" | grep -q "127.0.0.1" ||
   { echo "rank 0 does not log the refused connection's address:"; cat "$work/rank-0.log"; exit 1; }

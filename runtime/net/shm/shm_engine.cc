@@ -292,6 +292,7 @@ bool ShmTransport::Impl::progress_all() {
   std::lock_guard lock(mu);
   bool did = false;
   for (ShmPair* p : live) did = progress(*p) || did;
+  if (ops.poisoned() && !relayed) publish_abort_locked(ops.report());
   beat();
   return did;
 }

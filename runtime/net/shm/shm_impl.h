@@ -88,6 +88,11 @@ struct ShmTransport::Impl {
   std::chrono::microseconds busy_poll{0};  // options.busy_poll_us, resolved
   std::chrono::steady_clock::duration beat_every{};
   std::chrono::steady_clock::duration silence{};
+  // This peer's failure has been published. A failure the engine finds (a peer's abort, a ring
+  // broken, a peer gone) is published by the engine at once: the owner may be computing, away
+  // from the transport, and meanwhile this peer moves no data, so a neighbour waiting on it
+  // would otherwise wait out its deadline and blame this peer instead of the cause. Under mu.
+  bool relayed = false;
 
   std::string prefix() const { return "rank " + std::to_string(rank) + ": "; }
   ShmPair& pair_for(int peer, const char* what);
@@ -117,7 +122,9 @@ struct ShmTransport::Impl {
   OpTable::PeerState liveness(int peer) const;
   std::string process_state(const ShmPair& p) const;
   void broken(ShmPair& p, const std::string& why);
+  // Writes this peer's failure into every pair (where none is yet) and rings each peer.
   void publish_abort(const std::string& text);
+  void publish_abort_locked(const std::string& text);  // the caller holds mu
   std::string gather_reports(const std::string& own);
   void shutdown(bool unwinding);
 };

@@ -148,6 +148,11 @@ void ShmTransport::Impl::broken(ShmPair& p, const std::string& why) {
 
 void ShmTransport::Impl::publish_abort(const std::string& text) {
   std::lock_guard lock(mu);
+  publish_abort_locked(text);
+}
+
+void ShmTransport::Impl::publish_abort_locked(const std::string& text) {
+  relayed = true;
   const std::size_t n = std::min(text.size(), shm::kAbortBytes);
   for (ShmPair* p : live) {
     shm::SideState& mine = p->view.mine();
@@ -235,7 +240,7 @@ void ShmTransport::Impl::shutdown(bool unwinding) {
       sleep_until(Clock::now() + std::chrono::milliseconds(10));
     }
   }
-  if (ops.poisoned()) publish_abort(ops.failure());
+  if (ops.poisoned()) publish_abort(ops.report());
 }
 
 // ---- the public face ----

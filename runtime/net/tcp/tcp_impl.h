@@ -183,6 +183,11 @@ struct TcpTransport::Impl {
   bool match(Conn& c);
   void lost(Conn& c, const std::string& what, const boost::system::error_code& ec);
   void send_control(FrameKind kind, const std::string& payload);
+  // A failure found on the I/O side (a peer's abort, a lost connection, a bad frame): poisons the
+  // table and sends every peer this peer's abort at once. The owner may be computing, away from
+  // the transport, and meanwhile this peer starts no data frame, so a neighbour waiting on it
+  // would otherwise wait out its deadline and blame this peer instead of the cause.
+  void fail_io(Code code, const std::string& message);
   bool control_flushed() const;
   void closed_early(Conn& c);
   // After this peer's own timeout: tells every peer why, then listens (bounded) for their

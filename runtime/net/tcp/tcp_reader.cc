@@ -162,7 +162,7 @@ bool TcpTransport::Impl::pump(Conn& c) {
             std::lock_guard lock(reports_mu);
             reports.push_back("peer " + std::to_string(c.peer) + " reports: " + text);
           }
-          ops.poison(Code::aborted, "peer " + std::to_string(c.peer) + " aborted: " + text);
+          fail_io(Code::aborted, "peer " + std::to_string(c.peer) + " aborted: " + text);
           return completed;
         }
         c.reading = Conn::Reading::header;
@@ -214,8 +214,8 @@ void TcpTransport::Impl::malformed(Conn& c, const std::string& why) {
   c.reading = Conn::Reading::stopped;
   error_code ignored;
   c.socket.shutdown(tcp::socket::shutdown_receive, ignored);
-  ops.poison(Code::data_loss,
-             prefix() + "peer " + std::to_string(c.peer) + " sent a malformed frame: " + why);
+  fail_io(Code::data_loss,
+          prefix() + "peer " + std::to_string(c.peer) + " sent a malformed frame: " + why);
 }
 
 // Pairs the parked header with the posted receive of the same tag and checks the length before
@@ -242,9 +242,9 @@ bool TcpTransport::Impl::match(Conn& c) {
   OpSlot& s = ops.slot(i);
   if (h.length != s.size) {
     c.reading = Conn::Reading::stopped;
-    ops.poison(Code::data_loss, prefix() + "peer " + std::to_string(c.peer) + " sent " +
-                                    std::to_string(h.length) + " bytes for " + to_string(h.tag) +
-                                    " but the receive expects " + std::to_string(s.size));
+    fail_io(Code::data_loss, prefix() + "peer " + std::to_string(c.peer) + " sent " +
+                                 std::to_string(h.length) + " bytes for " + to_string(h.tag) +
+                                 " but the receive expects " + std::to_string(s.size));
     return false;
   }
   (prev == kNone ? c.recv_head : ops.slot(prev).next) = s.next;

@@ -280,15 +280,15 @@ void TcpTransport::Impl::lost(Conn& c, const std::string& what, const error_code
     if (c.recv_head != kNone) closed_early(c);
     return;  // a clean goodbye
   }
-  ops.poison(Code::unavailable, prefix() + "connection to peer " + std::to_string(c.peer) +
+  fail_io(Code::unavailable, prefix() + "connection to peer " + std::to_string(c.peer) +
                                     " lost while " + what + " (" + tls_message(ec, &c) +
                                     "); that peer stopped or its network failed");
 }
 
 void TcpTransport::Impl::closed_early(Conn& c) {
-  ops.poison(Code::aborted, prefix() + "peer " + std::to_string(c.peer) +
-                                " has finished and said goodbye, but a receive from it is "
-                                "still posted: that peer stopped early");
+  fail_io(Code::aborted, prefix() + "peer " + std::to_string(c.peer) +
+                             " has finished and said goodbye, but a receive from it is "
+                             "still posted: that peer stopped early");
 }
 
 std::string TcpTransport::Impl::gather_reports(const std::string& own) {
@@ -339,6 +339,11 @@ void TcpTransport::Impl::send_control(FrameKind kind, const std::string& payload
   }
 }
 
+void TcpTransport::Impl::fail_io(Code code, const std::string& message) {
+  ops.poison(code, message);
+  send_control(FrameKind::abort, ops.report());  // once: a connection's control frame is set once
+}
+
 bool TcpTransport::Impl::control_flushed() const {
   for (auto& c : conns) {
     if (c && !c->control_sent && !c->eof && !c->cut) return false;
@@ -355,7 +360,7 @@ void TcpTransport::Impl::shutdown(bool unwinding) {
   }
   const bool clean = !ops.poisoned();
   on_io([this, clean] {
-    send_control(clean ? FrameKind::bye : FrameKind::abort, clean ? "" : ops.failure());
+    send_control(clean ? FrameKind::bye : FrameKind::abort, clean ? "" : ops.report());
   });
   // Wait (bounded) until our goodbye is written and, when clean, every peer's has arrived, so
   // that closing never cuts off data a peer still has to read.

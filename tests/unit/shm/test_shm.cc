@@ -26,15 +26,18 @@ namespace {
 std::vector<int> peers_of(int r, int n) { return dpg::collective::peers_needed(r, n, {}); }
 
 // Runs body on n peer threads over shared memory; returns each rank's error ("" when it passed).
+// Each rank connects to `peers[rank]`, or by default to what a communicator needs.
 std::vector<std::string> run_shm(int n, ShmOptions o, const std::function<void(ShmTransport&)>& body,
-                                 const std::function<ShmOptions(int, ShmOptions)>& per_rank = {}) {
+                                 const std::function<ShmOptions(int, ShmOptions)>& per_rank = {},
+                                 const std::vector<std::vector<int>>& peers = {}) {
   HostsFile hosts = dpg::net::local_hosts(n);  // the ports only name the sockets
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        ShmTransport t(hosts, r, peers_of(r, n), per_rank ? per_rank(r, o) : o);
+        ShmTransport t(hosts, r, peers.empty() ? peers_of(r, n) : peers[r],
+                       per_rank ? per_rank(r, o) : o);
         body(t);
       } catch (const dpg::Error& e) {
         errors[r] = e.what();
@@ -224,4 +227,39 @@ TEST_CASE("shared memory: a peer whose set-up fails tells the peers it already j
   CHECK_MESSAGE(error2.find("peer 3 never connected") != std::string::npos, error2);
   CHECK_MESSAGE(error0.find("peer 2 aborted") != std::string::npos, error0);
   CHECK_MESSAGE(error0.find("peer 3 never connected") != std::string::npos, error0);
+}
+
+TEST_CASE("shared memory: a peer that hears an abort while it computes passes it on at once") {
+  // A line 0 - 1 - 2. Rank 0 fails; rank 1's progress thread hears it while rank 1 computes
+  // (away from the transport for longer than the timeout) and so stops moving data. Rank 2,
+  // waiting on rank 1, must hear the failure through rank 1 well before its own deadline,
+  // rather than time out blaming rank 1 as alive but not waiting.
+  ShmOptions o;
+  o.timeout = 1500ms;
+  o.progress_thread = true;
+  auto errors = run_shm(3, o, [](ShmTransport& t) {
+    std::vector<float> v(4);
+    if (t.rank() == 0) {
+      std::this_thread::sleep_for(100ms);
+      throw dpg::Error(dpg::Code::internal, "rank 0: stopping on purpose");
+    }
+    if (t.rank() == 1) {
+      const auto h = t.recv(0, Tag{9, 0, 0}, bytes(v));
+      std::this_thread::sleep_for(2500ms);  // computing
+      t.wait(h);
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      t.wait(t.recv(1, Tag{9, 0, 0}, bytes(v)));
+    } catch (const dpg::Error& e) {
+      CHECK(e.code() == dpg::Code::aborted);
+      CHECK(std::chrono::steady_clock::now() - start < 1000ms);
+      throw;
+    }
+  }, {}, {{1}, {0, 2}, {1}});
+  CAPTURE(errors[2]);
+  CHECK(errors[2].find("peer 1 aborted: rank 1: peer 0 aborted: rank 0: stopped on an error of "
+                       "its own") != std::string::npos);
+  CHECK(errors[2].find("timed out") == std::string::npos);
 }

@@ -199,3 +199,43 @@ TEST_CASE("a failed wait that cancels a send in flight still hears the peer's re
   CHECK(errors[0].find("timed out") != std::string::npos);
   CHECK(errors[0].find("peer 1 reports:") != std::string::npos);
 }
+
+TEST_CASE("a peer that hears an abort while it computes passes it on at once") {
+  // A line 0 - 1 - 2. Rank 0 fails; rank 1's I/O thread hears it while rank 1 computes (away
+  // from the transport for longer than the timeout) and so starts no more data. Rank 2, waiting
+  // on rank 1, must hear the failure through rank 1 well before its own deadline, rather than
+  // time out blaming rank 1 as alive but not waiting.
+  TcpOptions o;
+  o.timeout = 1500ms;
+  o.progress_thread = true;
+  auto errors = run_tcp(
+      3, o,
+      [](TcpTransport& t) {
+        std::vector<float> v(4);
+        const auto buf = std::as_writable_bytes(std::span(v));
+        const dpg::net::Tag tag{9, 0, 0};
+        if (t.rank() == 0) {
+          std::this_thread::sleep_for(100ms);
+          throw dpg::Error(dpg::Code::internal, "rank 0: stopping on purpose");
+        }
+        if (t.rank() == 1) {
+          const auto h = t.recv(0, tag, buf);
+          std::this_thread::sleep_for(2500ms);  // computing
+          t.wait(h);
+          return;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          t.wait(t.recv(1, tag, buf));
+        } catch (const dpg::Error& e) {
+          CHECK(e.code() == dpg::Code::aborted);
+          CHECK(std::chrono::steady_clock::now() - start < 1000ms);
+          throw;
+        }
+      },
+      {}, {{1}, {0, 2}, {1}});
+  CAPTURE(errors[2]);
+  CHECK(errors[2].find("peer 1 aborted: rank 1: peer 0 aborted: rank 0: stopped on an error of "
+                       "its own") != std::string::npos);
+  CHECK(errors[2].find("timed out") == std::string::npos);
+}
