@@ -305,7 +305,7 @@ void ShmTransport::Impl::wake(ShmPair& p) {
 
 void ShmTransport::Impl::beat() {
   const int64_t now = Clock::now().time_since_epoch().count();
-  const uint32_t waiting = ops.waiting() ? 1 : 0;
+  const uint32_t waiting = ops.waiting() || ops.poisoned() ? 1 : 0;  // SideState::waiting
   for (ShmPair* p : live) {
     p->view.mine().beat_ns.store(now, std::memory_order_relaxed);
     p->view.mine().waiting.store(waiting, std::memory_order_relaxed);

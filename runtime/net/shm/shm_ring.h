@@ -49,7 +49,9 @@ struct alignas(64) SideState {
   // and writes this side's eventfd.
   alignas(64) std::atomic<uint32_t> sleeping{0};
   // steady-clock nanoseconds (CLOCK_MONOTONIC, the same in every process of the host) of this
-  // side's last pass over its rings, and whether its training thread is inside a wait then.
+  // side's last pass over its rings, and whether its training thread is inside a wait then, or
+  // this side has failed (its abort is on its way: a peer waiting on it is to hear that, not
+  // blame it as busy in the moment between its wait's end and the abort's arrival).
   alignas(64) std::atomic<int64_t> beat_ns{0};
   std::atomic<uint32_t> waiting{0};
   // This side's failure, for the peer to quote: length stored after the text.
