@@ -281,8 +281,8 @@ void TcpTransport::Impl::lost(Conn& c, const std::string& what, const error_code
     return;  // a clean goodbye
   }
   fail_io(Code::unavailable, prefix() + "connection to peer " + std::to_string(c.peer) +
-                                    " lost while " + what + " (" + tls_message(ec, &c) +
-                                    "); that peer stopped or its network failed");
+                                 " lost while " + what + " (" + tls_message(ec, &c) +
+                                 "); that peer stopped or its network failed");
 }
 
 void TcpTransport::Impl::closed_early(Conn& c) {
