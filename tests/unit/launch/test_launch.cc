@@ -51,23 +51,30 @@ std::string slurp(const fs::path& p) {
 Run run_children(const std::vector<Child>& children, SuperviseOptions o = {}) {
   std::string tmpl = (fs::temp_directory_path() / "dpg_test_launch_XXXXXX").string();
   REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-  const fs::path dir = tmpl;
-  const int out = ::open((dir / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  const int err = ::open((dir / "err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  REQUIRE(out >= 0);
-  REQUIRE(err >= 0);
+  // Removed, its files closed, also when supervise throws (a command that cannot run).
+  struct Dir {
+    fs::path path;
+    int out = -1, err = -1;
+    ~Dir() {
+      if (out >= 0) ::close(out);
+      if (err >= 0) ::close(err);
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  } dir{tmpl};
+  dir.out = ::open((dir.path / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  dir.err = ::open((dir.path / "err").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  REQUIRE(dir.out >= 0);
+  REQUIRE(dir.err >= 0);
   Run r;
-  o.out_fd = out;
-  o.err_fd = err;
+  o.out_fd = dir.out;
+  o.err_fd = dir.err;
   o.on_start = [&r](size_t, pid_t pid) { r.pids.push_back(pid); };
   const auto t0 = Clock::now();
   r.rc = dpg::app::supervise(children, o);
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  ::close(out);
-  ::close(err);
-  r.out = slurp(dir / "out");
-  r.err = slurp(dir / "err");
-  fs::remove_all(dir);
+  r.out = slurp(dir.path / "out");
+  r.err = slurp(dir.path / "err");
   return r;
 }
 
