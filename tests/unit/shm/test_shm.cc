@@ -240,7 +240,7 @@ TEST_CASE("shared memory: a peer that hears an abort while it computes passes it
   auto errors = run_shm(3, o, [](ShmTransport& t) {
     std::vector<float> v(4);
     if (t.rank() == 0) {
-      std::this_thread::sleep_for(100ms);
+      std::this_thread::sleep_for(300ms);  // the others are past their set-up
       throw dpg::Error(dpg::Code::internal, "rank 0: stopping on purpose");
     }
     if (t.rank() == 1) {

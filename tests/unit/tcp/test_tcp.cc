@@ -215,7 +215,7 @@ TEST_CASE("a peer that hears an abort while it computes passes it on at once") {
         const auto buf = std::as_writable_bytes(std::span(v));
         const dpg::net::Tag tag{9, 0, 0};
         if (t.rank() == 0) {
-          std::this_thread::sleep_for(100ms);
+          std::this_thread::sleep_for(300ms);  // the others are past their set-up
           throw dpg::Error(dpg::Code::internal, "rank 0: stopping on purpose");
         }
         if (t.rank() == 1) {
