@@ -177,18 +177,20 @@ std::string OpTable::failure() const {
   return message_;
 }
 
+std::string OpTable::bare_failure(const std::string& prefix) const {
+  return message_.rfind(prefix, 0) == 0 ? message_.substr(prefix.size()) : message_;
+}
+
 std::string OpTable::report() const {
   std::lock_guard lock(wait_mu_);
   const std::string prefix = "rank " + std::to_string(rank_) + ": ";
-  return message_.rfind(prefix, 0) == 0 ? message_ : prefix + message_;
+  return prefix + bare_failure(prefix);
 }
 
 void OpTable::rethrow(const std::string& context) const {
   std::lock_guard lock(wait_mu_);
   const std::string prefix = "rank " + std::to_string(rank_) + ": ";
-  const bool ours = message_.rfind(prefix, 0) == 0;  // do not say "rank R:" twice
-  throw Error(code_, prefix + context + " failed: " + (ours ? message_.substr(prefix.size())
-                                                             : message_));
+  throw Error(code_, prefix + context + " failed: " + bare_failure(prefix));
 }
 
 std::string OpTable::describe(const OpSlot& s) {

@@ -114,6 +114,9 @@ class OpTable {
 
   // Past the deadline: the message to fail with, or "" to keep waiting.
   std::string expired(const OpSlot& s) const;
+  // The stored failure without `prefix` ("rank R: ") where it starts with it, so that no message
+  // says "rank R:" twice. The caller holds wait_mu_.
+  std::string bare_failure(const std::string& prefix) const;
 
   int rank_;
   std::chrono::milliseconds timeout_;
