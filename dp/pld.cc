@@ -168,49 +168,19 @@ struct StepPmf {
 
 // Half the orders: those of one sign, entry 2k + (sign < 0) of log_mgf.
 constexpr std::size_t kSigned = kOrders / 2;
-using Sums = std::array<double, kSigned>;
-
-// sums[k] = sum_j p[j] decay[k]^j over the PMF walked from its first point (forward) or from its
-// last: for every order at once, in one pass, instead of one pass per order. Each order's chain
-// of operations is the one a pass of its own would run (sum += p_j w, then w *= decay), so the
-// sums are the same, bit for bit; but the chains run side by side (the compiler vectorises across
-// the orders) where one chain alone waits on each multiply.
-// A weight stops (becomes 0) once it is below a quarter of the sum's last bit: from then on every
-// term p_j w (p_j <= 1) rounds away, so the sum is what the full walk gives, and the weight does
-// not go on to subnormal values, on which every multiply takes a slow microcode path.
-Sums decayed_sums(const std::vector<double>& p, const Sums& decay, bool forward) {
-  constexpr std::size_t kBlock = 64;
-  Sums weight, sum{};
-  weight.fill(1.0);
-  const std::size_t n = p.size();
-  for (std::size_t begin = 0; begin < n; begin += kBlock) {
-    const std::size_t stop = std::min(n, begin + kBlock);
-    for (std::size_t i = begin; i < stop; ++i) {
-      const double pj = p[forward ? i : n - 1 - i];
-      for (std::size_t k = 0; k < kSigned; ++k) {
-        sum[k] += pj * weight[k];
-        weight[k] *= decay[k];
-      }
-    }
-    // sum * 2^-55 < ulp(sum) / 4 for a normal sum (exact above 2^-967, hence the floor).
-    for (std::size_t k = 0; k < kSigned; ++k)
-      if (sum[k] > 0x1p-900 && weight[k] < sum[k] * 0x1p-55) weight[k] = 0.0;
-  }
-  return sum;
-}
+using pld_detail::DecaySums;
+using pld_detail::decayed_sums;
+static_assert(kSigned == pld_detail::kDecays);
 
 StepPmf make_step_pmf(const StepLoss& loss, bool pessimistic, double interval) {
   StepPmf s{pessimistic ? loss.pessimistic(interval) : loss.optimistic(interval), {}};
   const std::vector<double>& p = s.pmf.probs;
   const double last = static_cast<double>(p.size() - 1);
-  Sums decay_up, decay_down;  // per grid index, for t > 0 and t < 0
-  for (std::size_t k = 0; k < kSigned; ++k) {
-    decay_up[k] = std::exp(-std::fabs(order(2 * k) * interval));
-    decay_down[k] = std::exp(-std::fabs(order(2 * k + 1) * interval));
-  }
+  DecaySums decay;  // per grid index, the same for +2^k and -2^k
+  for (std::size_t k = 0; k < kSigned; ++k) decay[k] = std::exp(-std::fabs(order(2 * k) * interval));
   // t > 0 is summed from the last point, t < 0 from the first: towards where the weights decay.
-  const Sums up = decayed_sums(p, decay_up, false);
-  const Sums down = decayed_sums(p, decay_down, true);
+  const DecaySums up = decayed_sums(p, decay, false);
+  const DecaySums down = decayed_sums(p, decay, true);
   for (std::size_t k = 0; k < kSigned; ++k) {
     s.log_mgf[2 * k] = order(2 * k) * interval * last + std::log(up[k]);
     s.log_mgf[2 * k + 1] = std::log(down[k]);

@@ -1,8 +1,11 @@
 // One step of the Poisson-subsampled Gaussian as a privacy loss distribution on a grid: the
 // pieces of dp/pld.cc that know the mechanism (the loss, its inverse, the hockey-stick divergence
-// and the two discretisations). Internal to dp/; the reasoning is in dp/pld.h.
+// and the two discretisations), and the PMF's moments that bound the composition's window.
+// Internal to dp/; the reasoning is in dp/pld.h.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <vector>
 
 namespace dpg::dp::pld_detail {
@@ -47,5 +50,15 @@ class StepLoss {
   Direction direction_;
   double lower_x_, upper_x_;
 };
+
+// The Chernoff window's moments (dp/pld.cc): one per order of one sign.
+constexpr std::size_t kDecays = 37;
+using DecaySums = std::array<double, kDecays>;
+
+// sums[k] = sum_j p[j] decay[k]^j, j counted from the PMF's first point (forward) or from its
+// last, for decays in (0, 1] and p[j] in [0, 1]. The result is, bit for bit, what a walk per
+// order gives (sum += p_j w, then w *= decay, with the product fused into the addition as the
+// compiler contracts it).
+DecaySums decayed_sums(const std::vector<double>& p, const DecaySums& decay, bool forward);
 
 }  // namespace dpg::dp::pld_detail

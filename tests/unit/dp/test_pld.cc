@@ -13,6 +13,7 @@
 
 #include "dp/accountant.h"
 #include "dp/pld.h"
+#include "dp/pld_step.h"
 #include "runtime/core/error.h"
 
 namespace dp = dpg::dp;
@@ -287,6 +288,51 @@ TEST_CASE("PLD calibration: the default recipe needs sigma 2.46 where RDP needs 
   CHECK(std::fabs(rdp - 2.634) < 0.001);
   CHECK(pld_eps(q, pld, steps, 1e-5, PldEstimate::pessimistic) <= 3.0);
   CHECK(pld_eps(q, pld * (1 - 2e-3), steps, 1e-5, PldEstimate::pessimistic) > 3.0);
+}
+
+// The composition's window rests on every order's moment of the step PMF, computed for all
+// orders in one pass (pld_detail::decayed_sums): each must be the plain walk's sum, bit for bit,
+// including where a weight stops early (fast decays) and where the sum stays tiny for long.
+TEST_CASE("the window's moments: all orders in one pass give each order's own walk") {
+  namespace pd = dp::pld_detail;
+  const auto walk = [](const std::vector<double>& p, double decay, bool forward) {
+    double w = 1, sum = 0;
+    for (std::size_t j = 0; j < p.size(); ++j) {
+      sum += p[forward ? j : p.size() - 1 - j] * w;
+      w *= decay;
+    }
+    return sum;
+  };
+  const auto decays = [](double interval) {  // exp(-2^k h), k = -24..12, as dp/pld.cc's orders
+    pd::DecaySums d;
+    for (std::size_t k = 0; k < pd::kDecays; ++k)
+      d[k] = std::exp(-std::ldexp(1.0, static_cast<int>(k) - 24) * interval);
+    return d;
+  };
+  std::vector<std::vector<double>> pmfs;
+  for (const auto dir : {pd::Direction::remove, pd::Direction::add}) {
+    pmfs.push_back(pd::StepLoss(0.032, 0.88, dir).pessimistic(1e-4).probs);
+    pmfs.push_back(pd::StepLoss(0.004, 0.62, dir).optimistic(1e-4).probs);
+    pmfs.push_back(pd::StepLoss(1.0, 2.0, dir).pessimistic(1e-3).probs);
+  }
+  // Zeros, then masses that keep the sum below the stopping rule's floor for a while.
+  std::vector<double> tiny(3000, 0.0);
+  for (std::size_t j = 1000; j < tiny.size(); ++j) tiny[j] = std::ldexp(1.0, -1000 + static_cast<int>(j % 97));
+  pmfs.push_back(tiny);
+  pmfs.push_back({0.25});
+  for (const double interval : {1e-4, 0.05, 3.0}) {
+    const pd::DecaySums d = decays(interval);
+    for (std::size_t m = 0; m < pmfs.size(); ++m) {
+      for (const bool forward : {true, false}) {
+        const pd::DecaySums got = pd::decayed_sums(pmfs[m], d, forward);
+        for (std::size_t k = 0; k < pd::kDecays; ++k) {
+          INFO("pmf " << m << " of " << pmfs[m].size() << " points, interval " << interval
+                      << ", order 2^" << static_cast<int>(k) - 24 << (forward ? ", forward" : ", backward"));
+          CHECK(got[k] == walk(pmfs[m], d[k], forward));
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("threads may compute at once") {
