@@ -66,22 +66,39 @@ PY
 )
 export LD_LIBRARY_PATH="$work/lib:/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib${libdirs:+:$libdirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 missing() { ldd "$bin"/* 2>/dev/null | awk '/not found/ { print $1 }' | sort -u; }
-for lib in $(missing); do
-  found=$(timeout 60 find / \( -path /proc -o -path /sys -o -path /dev \) -prune -o -name "$lib" -print 2>/dev/null | head -1)
-  [ -n "$found" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
-done
+# One walk of the disk for all the missing names at once, 60 s at most in all.
+names=()
+for lib in $(missing); do names+=(${names[0]+-o} -name "$lib"); done
+if [ "${#names[@]}" -gt 0 ]; then
+  while read -r dir; do LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir"; done < <(
+    timeout 60 find / \( -path /proc -o -path /sys -o -path /dev \) -prune -o \( "${names[@]}" \) \
+      -printf '%h\n' 2>/dev/null | awk '!seen[$0]++')
+fi
 echo "libraries: $(missing | tr '\n' ' ')" | sed 's/: $/: all found/' >> "$summary"
 last=$work/last.log
+# The whole run ends within GPU_CHECKS_SECONDS (default 520) of its start, so that it returns,
+# with its summary, inside the device machine's limit for one command (540 s here): each check
+# gets at most what is left, and one that cannot start is listed as not run.
+budget=${GPU_CHECKS_SECONDS:-520}
 # check NAME LOG SECONDS COMMAND...: runs it under `timeout`, appending its output to LOG.
 check() {
   local name=$1 log=$2 limit=$3; shift 3
+  local left=$((budget - SECONDS))
+  if [ "$left" -lt 10 ]; then
+    echo "$name: not run, the run's $budget s were spent" >> "$summary"
+    : > "$last"
+    ran=false
+    return
+  fi
+  [ "$left" -lt "$limit" ] && limit=$left
+  ran=true
   echo "== $name: $*" >> "$out/$log"
   local start=$SECONDS
   timeout "$limit" "$@" > "$last" 2>&1
   local rc=$?
   local why=""
   [ "$rc" = 77 ] && why=" (skipped: no usable GPU, a failure on a GPU machine)"
-  [ "$rc" = 124 ] && why=" (timed out)"
+  [ "$rc" = 124 ] && why=" (timed out after $limit s)"
   echo "$name: exit $rc in $((SECONDS - start)) s$why" >> "$summary"
   cat "$last" >> "$out/$log"
 }
@@ -95,7 +112,7 @@ for b in 256 1024 4096 16384; do
 done
 check prepare train.log 120 "$bin/dpgossip" prepare --idx-dir "$work/fashion-mnist" --out "$work/data"
 # The test accuracy of the last check's summary, if it printed one, into the summary.
-accuracy() { echo "  $(grep -o '"test_accuracy":[0-9.e-]*' "$last" | tail -1)" >> "$summary"; }
+accuracy() { $ran && echo "  $(grep -o '"test_accuracy":[0-9.e-]*' "$last" | tail -1)" >> "$summary"; }
 for device in cuda cpu; do
   check "gossip-$device" train.log 300 "$bin/dpgossip" launch --peers 4 -- train --algo gossip \
       --topology ring --data "$work/data" --device "$device" --json --metrics "$out/metrics-$device.jsonl"
@@ -119,7 +136,9 @@ else
   echo "nccl-allreduce, nccl-gossip: not run, $gpus GPU(s) here and NCCL needs one per peer" >> "$summary"
   check "nccl-refused" train.log 120 "$bin/dpgossip" launch --peers 2 -- train --algo allreduce \
       --data "$work/data" --device cuda --transport nccl --epochs 1 --metrics ""
-  if grep -q "NCCL cannot put several ranks on one GPU" "$last"; then
+  if ! $ran; then
+    :
+  elif grep -q "NCCL cannot put several ranks on one GPU" "$last"; then
     echo "  refused with the reason (expected)" >> "$summary"
   else
     echo "  NOT refused with the reason" >> "$summary"
