@@ -32,16 +32,17 @@ double truncation_quantile() {
 
 // log(1 + (e^loss - 1) / q): the loss without subsampling whose subsampled loss is `loss`, for
 // log(1 - q) < loss (Mironov et al.'s mixture inverted), without overflow for large losses.
-double unsubsampled_loss(double loss, double q) {
-  if (loss > 0) return log_add(log_sub(loss, 0.0) - std::log(q), 0.0);
+// log_q is log(q).
+double unsubsampled_loss(double loss, double log_q) {
+  if (loss > 0) return log_add(log_sub(loss, 0.0) - log_q, 0.0);
   if (loss == 0) return 0.0;
-  return log_sub(0.0, std::log(-std::expm1(loss)) - std::log(q));
+  return log_sub(0.0, std::log(-std::expm1(loss)) - log_q);
 }
 
 }  // namespace
 
 StepLoss::StepLoss(double q, double sigma, Direction direction)
-    : q_(q), sigma_(sigma), direction_(direction) {
+    : q_(q), sigma_(sigma), log_q_(std::log(q)), log_1mq_(std::log1p(-q)), direction_(direction) {
   const double z = truncation_quantile() * sigma;
   if (direction == Direction::remove) {
     lower_x_ = z - 1.0;
@@ -57,7 +58,7 @@ double StepLoss::loss(double x) const {
   // mechanism's loss; add: minus the remove loss at -x (the pair is the mirror image).
   const double y = direction_ == Direction::remove ? x : -x;
   const double l0 = (-0.5 - y) / (sigma_ * sigma_);
-  const double l = q_ == 1.0 ? l0 : log_add(std::log1p(-q_), std::log(q_) + l0);
+  const double l = q_ == 1.0 ? l0 : log_add(log_1mq_, log_q_ + l0);
   return direction_ == Direction::remove ? l : -l;
 }
 
@@ -67,10 +68,10 @@ double StepLoss::inverse(double loss) const {
   double x;
   if (l == kInf) {
     x = -kInf;
-  } else if (q_ < 1.0 && l <= std::log1p(-q_)) {
+  } else if (q_ < 1.0 && l <= log_1mq_) {
     x = kInf;  // every x has a remove loss above log(1 - q)
   } else {
-    const double l0 = q_ == 1.0 ? l : unsubsampled_loss(l, q_);
+    const double l0 = q_ == 1.0 ? l : unsubsampled_loss(l, log_q_);
     x = -0.5 - l0 * sigma_ * sigma_;
   }
   return add ? -x : x;
@@ -85,16 +86,16 @@ double StepLoss::upper_cdf(double x) const {
 double StepLoss::lower_log_cdf(double x) const {
   if (direction_ == Direction::remove) return log_normal_cdf(x / sigma_);
   if (q_ == 1.0) return log_normal_cdf((x - 1.0) / sigma_);
-  return log_add(std::log1p(-q_) + log_normal_cdf(x / sigma_),
-                 std::log(q_) + log_normal_cdf((x - 1.0) / sigma_));
+  return log_add(log_1mq_ + log_normal_cdf(x / sigma_),
+                 log_q_ + log_normal_cdf((x - 1.0) / sigma_));
 }
 
 double StepLoss::delta(double eps) const {
   if (q_ < 1.0) {
     // Remove: every loss is above log(1 - q), so below it delta = 1 - e^eps. Add: every loss is
     // below -log(1 - q), so from there on delta = 0.
-    if (direction_ == Direction::remove && eps <= std::log1p(-q_)) return -std::expm1(eps);
-    if (direction_ == Direction::add && eps >= -std::log1p(-q_)) return 0.0;
+    if (direction_ == Direction::remove && eps <= log_1mq_) return -std::expm1(eps);
+    if (direction_ == Direction::add && eps >= -log_1mq_) return 0.0;
   }
   // The loss is non-increasing in x, so L > eps exactly left of x* = inverse(eps).
   const double x = inverse(eps);

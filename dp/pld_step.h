@@ -47,6 +47,7 @@ class StepLoss {
   double lower_log_cdf(double x) const;  // log Q(X <= x)
 
   double q_, sigma_;
+  double log_q_, log_1mq_;  // log(q) and log(1 - q), asked for at every grid point
   Direction direction_;
   double lower_x_, upper_x_;
 };
