@@ -94,6 +94,7 @@ class Communicator {
   // An accelerated path for this communicator's float all-reduces (device_collectives.h's
   // host_route(), NCCL's): every allreduce(std::span<float>) goes to it instead of the transport.
   // Every peer must route alike, or the peers would wait on different paths. Empty: the transport.
+  // A route must not outlive what it calls: its owner sets an empty one before that goes.
   using FloatAllreduce = std::function<void(std::span<float> data, Reduce op)>;
   void route_float_allreduce(FloatAllreduce route) { float_route_ = std::move(route); }
 

@@ -67,6 +67,18 @@ struct RunState {
   bool host_current = true;
   // With --transport nccl: collectives on the device's memory.
   std::unique_ptr<collective::DeviceCollectives> direct;
+  // The run's communicator while its float all-reduces go to `direct` (host_route): the route is
+  // removed when the run's state goes, before `direct` (declared after it, so destroyed first),
+  // so that no later all-reduce of that communicator reaches a destroyed NCCL communicator.
+  struct FloatRoute {
+    collective::Communicator* comm = nullptr;
+    FloatRoute() = default;
+    FloatRoute(const FloatRoute&) = delete;
+    FloatRoute& operator=(const FloatRoute&) = delete;
+    ~FloatRoute() {
+      if (comm != nullptr) comm->route_float_allreduce({});
+    }
+  } float_route;
   std::chrono::steady_clock::time_point start;
 };
 

@@ -451,7 +451,10 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
                      : collective::make_nccl_collectives(
                            *comm_, d.index >= 0 ? d.index
                                                 : rank() % std::max(1, model::cuda_device_count(nullptr)));
-      if (auto route = s.direct->host_route()) comm_->route_float_allreduce(std::move(route));
+      if (auto route = s.direct->host_route()) {
+        comm_->route_float_allreduce(std::move(route));
+        s.float_route.comm = comm_;
+      }
       DPG_INFO("train: rank " << rank() << ": " << to_string(c.algo)
                               << "'s messages and the float all-reduces through NCCL");
     }

@@ -78,6 +78,15 @@ std::string set_device_text(int device, cudaError_t e) {
 // polled afterwards tells how it went.
 bool accepted(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
 
+// A stream or event query's "not ready" is an answer, not a failure, but the runtime keeps it as
+// the calling thread's last error, and NCCL before 2.29.2 leaves its own queries' there too.
+// Thrust checks that error after each of the model's launches on this thread, and would report
+// it as the launch's own ("parallel_for failed: device not ready"), so it is cleared after every
+// call that may query; any other error is left for its owner to see.
+void clear_not_ready() {
+  if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
+}
+
 // NCCL's error name and, where the library left one, its last message (which says which call of
 // its own failed, and why).
 std::string nccl_text(ncclResult_t r, ncclComm_t comm) {
@@ -337,6 +346,7 @@ NcclCommunicator::~NcclCommunicator() {
       std::this_thread::sleep_for(options_.max_poll_sleep);
       if (ncclCommGetAsyncError(cuda_->comm, &state) != ncclSuccess) state = ncclInternalError;
     }
+    clear_not_ready();
     if (state == ncclSuccess) {
       // Whatever it returns, the handle is not touched again: a leak beats a double free.
       ncclCommDestroy(cuda_->comm);
@@ -384,8 +394,10 @@ void NcclCommunicator::await(const std::string& what, std::chrono::steady_clock:
                                    seconds_text(Clock::now() - start) + ": " +
                                    nccl_text(state, cuda_->comm));
     }
+    clear_not_ready();
     if (state == ncclSuccess) {
       const cudaError_t e = cuda_->stream ? cudaStreamQuery(cuda_->stream) : cudaSuccess;
+      clear_not_ready();
       if (e == cudaSuccess) return;
       if (e != cudaErrorNotReady) {
         poison(Code::unavailable, prefix() + what + " failed after " +
@@ -426,6 +438,7 @@ void NcclCommunicator::follow_callers(int scope, const std::string& what) {
 }
 
 void NcclCommunicator::launched(int result, const std::string& what, const char* call) {
+  clear_not_ready();
   const auto r = static_cast<ncclResult_t>(result);
   if (!accepted(r)) {
     poison(nccl_code(r), prefix() + what + ": " + call + ": " + nccl_text(r, cuda_->comm));

@@ -257,7 +257,10 @@ struct AddCounts {
 
 template <typename F>
 void for_n(size_t n, F f) {
-  if (n > 0) thrust::for_each_n(policy(), thrust::counting_iterator<size_t>(0), n, f);
+  if (n == 0) return;
+  thrust_call("a kernel over the model's arrays", [&] {
+    thrust::for_each_n(policy(), thrust::counting_iterator<size_t>(0), n, f);
+  });
 }
 
 }  // namespace dpg::model::DPG_DEVICE_NS

@@ -16,6 +16,7 @@ using std::size_t;
 // Backend: the execution policy, errors, memory.
 
 #if defined(DPG_DEVICE_CUDA)
+inline constexpr bool kOnDevice = true;
 inline auto policy() { return thrust::cuda::par_nosync; }
 
 inline void check(cudaError_t e, const char* what) {
@@ -29,12 +30,28 @@ inline void check(cublasStatus_t e, const char* what) {
   }
 }
 #else
+inline constexpr bool kOnDevice = false;
 inline auto policy() { return thrust::cpp::par; }
 #endif
 
 inline void check(curandStatus_t e, const char* what) {
   if (e != CURAND_STATUS_SUCCESS) {
     fail(Code::unavailable, std::string("cuRAND: ") + what + ": status " + std::to_string(e));
+  }
+}
+
+// Runs a Thrust algorithm. Thrust reports a failed launch with thrust::system_error, and a failed
+// allocation of its temporaries with a std::bad_alloc that main() would take for an input asking
+// too much of the host: both become the backend's error, naming the work.
+template <class F>
+auto thrust_call(const char* what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const thrust::system_error& e) {
+    fail(Code::unavailable, std::string("thrust: ") + what + ": " + e.what());
+  } catch (const std::bad_alloc&) {
+    fail(Code::unavailable, std::string("thrust: ") + what + ": out of " +
+                                (kOnDevice ? "device" : "host") + " memory for its temporaries");
   }
 }
 
@@ -57,9 +74,12 @@ class Buffer {
   Buffer& operator=(Buffer&&) = delete;
   ~Buffer() { release(); }
   void resize(size_t n) {
-    size_ = n;
-    if (n <= capacity_) return;
-    release();
+    if (n <= capacity_) {
+      size_ = n;
+      return;
+    }
+    release();  // an allocation that fails below leaves the buffer empty
+    size_ = 0;
 #if defined(DPG_DEVICE_CUDA)
     void* p = nullptr;
     cudaError_t e = pinned ? cudaHostAlloc(&p, n * sizeof(T), cudaHostAllocDefault)
@@ -77,6 +97,7 @@ class Buffer {
     data_ = new T[n];
 #endif
     capacity_ = n;
+    size_ = n;
   }
   T* data() { return data_; }
   const T* data() const { return data_; }

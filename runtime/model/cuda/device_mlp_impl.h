@@ -17,6 +17,7 @@
 #include <cstring>
 #include <math.h>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 #include <utility>
@@ -26,6 +27,7 @@
 #include <thrust/execution_policy.h>
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/system_error.h>
 #include <thrust/transform_reduce.h>
 
 #include "runtime/core/check.h"
@@ -213,10 +215,12 @@ class Impl final : public DeviceMlp {
           Release{grad_.data(), noise, static_cast<float>(1.0 / dp.expected_batch)});
     if (b > 0) {
       // Last, as the one wait for the device: every kernel of the step is queued before it.
-      const Counts c = thrust::transform_reduce(
-          policy(), thrust::counting_iterator<size_t>(0), thrust::counting_iterator<size_t>(b),
-          CountOf{loss_.data(), correct_.data(), dp.enabled ? scale_.data() : nullptr}, Counts{},
-          AddCounts{});
+      const Counts c = thrust_call("the step's counters", [&] {
+        return thrust::transform_reduce(
+            policy(), thrust::counting_iterator<size_t>(0), thrust::counting_iterator<size_t>(b),
+            CountOf{loss_.data(), correct_.data(), dp.enabled ? scale_.data() : nullptr}, Counts{},
+            AddCounts{});
+      });
       stats.loss_sum = c.loss;
       stats.correct = c.correct;
       stats.dropped = c.dropped;
@@ -328,9 +332,11 @@ class Impl final : public DeviceMlp {
       labels_.from_host(labels.subspan(start, n));
       forward(n);
       loss(n, false);
-      const Counts c = thrust::transform_reduce(
-          policy(), thrust::counting_iterator<size_t>(0), thrust::counting_iterator<size_t>(n),
-          CountOf{loss_.data(), correct_.data(), nullptr}, Counts{}, AddCounts{});
+      const Counts c = thrust_call("the evaluation's counters", [&] {
+        return thrust::transform_reduce(
+            policy(), thrust::counting_iterator<size_t>(0), thrust::counting_iterator<size_t>(n),
+            CountOf{loss_.data(), correct_.data(), nullptr}, Counts{}, AddCounts{});
+      });
       ev.loss_sum += c.loss;
       ev.correct += c.correct;
     }

@@ -361,6 +361,39 @@ TEST_CASE("NCCL world of 1: a started exchange reads what the legacy stream wrot
   });
 }
 
+TEST_CASE("NCCL world of 1: a wait that finds the work not yet done leaves no \"not ready\" "
+          "behind for the model's next launch") {
+  if (!have_gpus(1)) return;
+  dpg::test::run_world(1, {}, [&](Communicator& c) {
+    NcclCommunicator nccl(c, 0);
+    // The legacy stream is held for 200 ms by a host function, and the communicator's stream
+    // waits for it, so the wait's first queries of that stream answer "not ready". The runtime
+    // keeps that answer as the thread's last error, which Thrust's check after each of the
+    // model's launches would take for the launch's own failure.
+    const std::size_t n = std::size_t{1} << 20;
+    DeviceFloats src(std::vector<float>(n, 1.0f)), dst(std::vector<float>(n, 0.0f));
+    for (int round = 0; round < 2; ++round) {
+      CAPTURE(round);
+      REQUIRE(cudaGetLastError() == cudaSuccess);
+      REQUIRE(cudaLaunchHostFunc(
+                  cudaStreamLegacy,
+                  [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); },
+                  nullptr) == cudaSuccess);
+      if (round == 0) {
+        const DeviceSend sends[] = {{0, src.p, n}};
+        const DeviceRecv recvs[] = {{0, dst.p, n}};
+        nccl.start_exchange(sends, recvs);
+        nccl.finish_exchange();
+        CHECK(dst.host() == std::vector<float>(n, 1.0f));
+      } else {
+        nccl.allreduce(src.p, n);
+      }
+      CHECK(cudaPeekAtLastError() == cudaSuccess);
+    }
+    CHECK_FALSE(nccl.failed());
+  });
+}
+
 TEST_CASE("NCCL world of 1 with the CUDA model: a gradient computed while its parameters are "
           "being exchanged is the one computed without, and the exchange lands them intact") {
   if (!have_gpus(1)) return;

@@ -10,7 +10,9 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/collective/device_collectives.h"
@@ -308,5 +310,90 @@ TEST_CASE("device: the parameter servers and AD-PSGD keep the host model, sent d
       CHECK(traffic[r]["momentum in"] == 0);           // the optimiser stays on the host
     }
     CHECK(res[0].summary.test_accuracy > 0.7);
+  }
+}
+
+namespace {
+
+// HostMemoryCollectives with a route for the run's float all-reduces, as NCCL's has: what it is
+// given goes over the transport in doubles (so that the route never calls itself), counted.
+class RoutingCollectives final : public collective::DeviceCollectives {
+ public:
+  RoutingCollectives(collective::Communicator& comm, std::shared_ptr<std::atomic<int>> routed)
+      : inner_(comm), comm_(comm), routed_(std::move(routed)) {}
+  void allreduce(float* data, std::size_t count, collective::Reduce op) override {
+    inner_.allreduce(data, count, op);
+  }
+  void start_exchange(std::span<const collective::DeviceSend> sends,
+                      std::span<const collective::DeviceRecv> recvs) override {
+    inner_.start_exchange(sends, recvs);
+  }
+  void finish_exchange() override { inner_.finish_exchange(); }
+  collective::Communicator::FloatAllreduce host_route() override {
+    return [comm = &comm_, routed = routed_](std::span<float> data, collective::Reduce op) {
+      ++*routed;
+      std::vector<double> wide(data.begin(), data.end());
+      comm->allreduce(std::span<double>(wide), op);
+      std::copy(wide.begin(), wide.end(), data.begin());
+    };
+  }
+
+ private:
+  collective::HostMemoryCollectives inner_;
+  collective::Communicator& comm_;
+  std::shared_ptr<std::atomic<int>> routed_;
+};
+
+}  // namespace
+
+TEST_CASE("device: the route of the float all-reduces into the direct collectives ends with the "
+          "run") {
+  // NCCL's route calls the NCCL communicator that the run's state owns: a float all-reduce of the
+  // same communicator after the run (or in a later run) must go over the transport again.
+  constexpr int kWorld = 2;
+  net::InprocFabric fabric(kWorld, std::chrono::seconds(20));
+  const data::Dataset test = test::blobs(300, 999);
+  std::vector<int> during(kWorld, 0), after(kWorld, -1);
+  std::vector<std::vector<float>> sums(kWorld);
+  std::vector<std::string> errors(kWorld);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        collective::Communicator comm(fabric.peer(r));
+        auto routed = std::make_shared<std::atomic<int>>(0);
+        {
+          TrainConfig c = test::small_config(Algo::allreduce);
+          c.epochs = 1;
+          c.device = "cuda";
+          c.transport = TransportMode::nccl;
+          c.metrics_every = 2;  // consensus reports: float all-reduces of the models
+          data::Prepared d{test::blobs(200, 100 + static_cast<std::uint64_t>(r)), test, {}};
+          train::Trainer t(c, std::move(d), &comm);
+          t.set_device_factory([](const model::MlpSpec& spec, std::span<const float> params) {
+            return model::make_host_thrust_mlp(spec, params);
+          });
+          t.set_direct_factory([routed](collective::Communicator& cm) {
+            return std::make_unique<RoutingCollectives>(cm, routed);
+          });
+          t.run([](const train::EpochReport&) {}, {});
+          during[static_cast<std::size_t>(r)] = routed->load();
+        }
+        std::vector<float> v = {1.0f + static_cast<float>(r), 10.0f};
+        comm.allreduce(std::span<float>(v));
+        sums[static_cast<std::size_t>(r)] = v;
+        after[static_cast<std::size_t>(r)] = routed->load() - during[static_cast<std::size_t>(r)];
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kWorld; ++r) {
+    CAPTURE(r);
+    REQUIRE(errors[r] == "");
+    CHECK(during[r] > 0);  // the run's float all-reduces took the route
+    CHECK(after[r] == 0);  // the one after it did not
+    CHECK(sums[r] == std::vector<float>{3.0f, 20.0f});
   }
 }
