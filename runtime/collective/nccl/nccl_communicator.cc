@@ -394,9 +394,10 @@ void NcclCommunicator::await(const std::string& what, std::chrono::steady_clock:
                                    seconds_text(Clock::now() - start) + ": " +
                                    nccl_text(state, cuda_->comm));
     }
-    clear_not_ready();
     if (state == ncclSuccess) {
       const cudaError_t e = cuda_->stream ? cudaStreamQuery(cuda_->stream) : cudaSuccess;
+      // The query's "not ready", or NCCL's own, cleared before this returns to the caller's
+      // work (between passes there is none).
       clear_not_ready();
       if (e == cudaSuccess) return;
       if (e != cudaErrorNotReady) {

@@ -105,6 +105,15 @@ std::vector<Outcome> construct_everywhere(int n, const std::vector<int>& devices
   return out;
 }
 
+// Holds the legacy default stream for 200 ms with a host function, so that what is queued behind
+// it there (and what waits for it) has certainly not run yet when the test goes on.
+void hold_legacy_stream() {
+  REQUIRE(cudaLaunchHostFunc(
+              cudaStreamLegacy,
+              [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); },
+              nullptr) == cudaSuccess);
+}
+
 // count floats on the device, from and back to the host.
 struct DeviceFloats {
   float* p = nullptr;
@@ -326,10 +335,7 @@ TEST_CASE("NCCL world of 1: a started exchange reads what the legacy stream wrot
     for (int round = 0; round < 3; ++round) {
       CAPTURE(round);
       const int byte = 0x11 * (round + 1);
-      REQUIRE(cudaLaunchHostFunc(
-                  cudaStreamLegacy,
-                  [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); },
-                  nullptr) == cudaSuccess);
+      hold_legacy_stream();
       REQUIRE(cudaMemsetAsync(src.p, byte, n * sizeof(float), cudaStreamLegacy) == cudaSuccess);
       const DeviceSend sends[] = {{0, src.p, n}};
       const DeviceRecv recvs[] = {{0, dst.p, n}};
@@ -375,10 +381,7 @@ TEST_CASE("NCCL world of 1: a wait that finds the work not yet done leaves no \"
     for (int round = 0; round < 2; ++round) {
       CAPTURE(round);
       REQUIRE(cudaGetLastError() == cudaSuccess);
-      REQUIRE(cudaLaunchHostFunc(
-                  cudaStreamLegacy,
-                  [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); },
-                  nullptr) == cudaSuccess);
+      hold_legacy_stream();
       if (round == 0) {
         const DeviceSend sends[] = {{0, src.p, n}};
         const DeviceRecv recvs[] = {{0, dst.p, n}};
