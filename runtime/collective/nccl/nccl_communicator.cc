@@ -81,8 +81,8 @@ bool accepted(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; 
 // A stream or event query's "not ready" is an answer, not a failure, but the runtime keeps it as
 // the calling thread's last error, and NCCL before 2.29.2 leaves its own queries' there too.
 // Thrust checks that error after each of the model's launches on this thread, and would report
-// it as the launch's own ("parallel_for failed: device not ready"), so it is cleared after every
-// call that may query; any other error is left for its owner to see.
+// it as the launch's own ("parallel_for failed: device not ready"), so it is cleared after each
+// NCCL launch and before a wait returns; any other error is left for its owner to see.
 void clear_not_ready() {
   if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
 }
