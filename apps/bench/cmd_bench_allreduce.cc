@@ -15,20 +15,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
-#include <tuple>
 #include <vector>
 
+#include "apps/bench/allreduce_report.h"
 #include "apps/bench/bench_baseline.h"
 #include "apps/bench/limits.h"
 #include "apps/bench/row.h"
@@ -57,7 +57,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using bench::AllreduceRow;
 using bench::make_row;
-using bench::median;
 using bench::repeats_for_size;
 
 struct AllreduceBenchOptions {
@@ -94,9 +93,9 @@ struct AllreduceBenchOptions {
   int busy_poll_us = net::ShmOptions{}.busy_poll_us;
 };
 
-constexpr const char* kTlsBackend = "dpgossip+tls";
-constexpr const char* kHierBackend = "dpgossip+hier";
-constexpr const char* kSecAggBackend = "dpgossip+secagg";
+using bench_report::kHierBackend;
+using bench_report::kSecAggBackend;
+using bench_report::kTlsBackend;
 
 // What one run of the local peers measures: the flat all-reduce over plain links, over TLS, or
 // the hierarchical all-reduce.
@@ -156,20 +155,15 @@ bool check(const std::vector<std::uint32_t>& v, int n) {
 // With --secure-aggregation, plain and masked operations alternate in blocks of this many.
 constexpr int kSecAggBlock = 25;
 
-// One peer: times every size and, on rank 0, reports the rows.
-void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& sizes) {
-  const net::HostsFile hosts = net::load_hosts(o.hosts);
-  const int rank = net::resolve_rank(o.rank, hosts.world());
-  // The rows are the output: a peer reports only warnings and errors.
-  if (log::level() > log::Level::warn) log::set_level(log::Level::warn);
-  const int n = hosts.world();
-  if (o.pin) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(rank % static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), &set);
-    sched_setaffinity(0, sizeof set, &set);
-  }
-  net::TcpOptions topt;
+// The links' options of one peer, from the command's flags.
+struct LinkOptions {
+  net::TcpOptions tcp;
+  net::ShmOptions shm;
+};
+
+LinkOptions link_options(const AllreduceBenchOptions& o) {
+  LinkOptions l;
+  net::TcpOptions& topt = l.tcp;
   topt.timeout = std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000));
   topt.connect_timeout = topt.timeout;
   topt.config_hash = fnv1a64(o.sizes + "/" + std::to_string(o.segment_bytes) + "/" +
@@ -180,7 +174,7 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   topt.spin_us = o.spin_us;
   topt.progress_thread = o.progress_thread;
   topt.tls = o.tls;
-  net::ShmOptions sopt;
+  net::ShmOptions& sopt = l.shm;
   sopt.timeout = topt.timeout;
   sopt.connect_timeout = topt.connect_timeout;
   sopt.config_hash = topt.config_hash;
@@ -190,95 +184,145 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
   sopt.slots = o.slots;
   sopt.direct_min_bytes = o.direct_min_bytes;
   sopt.busy_poll_us = o.busy_poll_us;
-  const collective::Options copt{o.segment_bytes, o.small_bytes, o.scratch_slots,
-                                 o.medium_bytes};
-  std::vector<int> peers = collective::peers_needed(rank, n, copt);
-  if (o.hierarchical) {
-    for (int p : collective::hierarchical_peers(rank, host_ids(hosts), copt)) {
-      if (std::find(peers.begin(), peers.end(), p) == peers.end()) peers.push_back(p);
+  return l;
+}
+
+// One peer's all-reduces: the flat or the hierarchical one, and with --secure-aggregation the
+// masked exchange (the keys once, then a fresh nonce, a step, for every masking, as every
+// training step has its own).
+class PeerBench {
+ public:
+  PeerBench(const AllreduceBenchOptions& o, const net::HostsFile& hosts, int rank)
+      : o_(o), rank_(rank), n_(hosts.world()), links_(link_options(o)),
+        copt_{o.segment_bytes, o.small_bytes, o.scratch_slots, o.medium_bytes} {
+    std::vector<int> peers = collective::peers_needed(rank, n_, copt_);
+    if (o.hierarchical) {
+      for (int p : collective::hierarchical_peers(rank, host_ids(hosts), copt_)) {
+        if (std::find(peers.begin(), peers.end(), p) == peers.end()) peers.push_back(p);
+      }
     }
+    transport_ = make_transport(hosts, rank, peers, mode_of(o), links_.tcp, links_.shm);
+    comm_.emplace(*transport_, copt_);
+    if (o.hierarchical) hierarchy_.emplace(*comm_, host_ids(hosts));
+    if (o.secure_aggregation) masker_.emplace(train::agree_masks(*comm_, links_.tcp.config_hash));
   }
-  const auto transport = make_transport(hosts, rank, peers, mode_of(o), topt, sopt);
-  collective::Communicator comm(*transport, copt);
-  std::optional<collective::Hierarchy> hierarchy;
-  if (o.hierarchical) hierarchy.emplace(comm, host_ids(hosts));
-  auto allreduce = [&](std::span<float> v) {
-    if (hierarchy) {
-      hierarchy->allreduce(v);
-    } else {
-      comm.allreduce(v);
-    }
-  };
 
-  // With --secure-aggregation: the keys once, then a fresh nonce (step) for every masking, as
-  // every training step has its own.
-  std::optional<dp::PairwiseMasker> masker;
-  if (o.secure_aggregation) masker.emplace(train::agree_masks(comm, topt.config_hash));
-  std::uint64_t step = 0;
-
-  std::vector<AllreduceRow> rows;
-  for (long long bytes : sizes) {
+  // The rows of one size: the plain (or TLS, or hierarchical) all-reduce's, then the masked
+  // exchange's when there is one.
+  std::vector<AllreduceRow> time_size(long long bytes) {
     std::vector<float> v(static_cast<std::size_t>(bytes / 4));
-    fill(v, rank);
-    // The masked exchange of as many 32-bit values: mask, then the exact modular all-reduce.
-    std::vector<std::uint32_t> u(masker ? v.size() : 0);
-    fill(u, rank);
-    auto secure = [&] {
-      masker->mask(u, step++);
-      comm.allreduce(std::span<std::uint32_t>(u));
-    };
+    fill(v, rank_);
+    std::vector<std::uint32_t> u(masker_ ? v.size() : 0);
+    fill(u, rank_);
     // Warm-up and timed counts both shrink above 4 MiB, as in the baseline programs.
-    const int warmup = repeats_for_size(bytes, o.warmup);
+    const int warmup = repeats_for_size(bytes, o_.warmup);
     for (int i = 0; i < warmup; ++i) {
       allreduce(v);
-      if (masker) secure();
+      if (masker_) secure(u);
     }
-    const int repeats = repeats_for_size(bytes, o.repeats);
+    const int repeats = repeats_for_size(bytes, o_.repeats);
     std::vector<double> times, secure_times;
-    auto timed = [](std::vector<double>& out, int count, auto&& op) {
-      for (int i = 0; i < count; ++i) {
-        const auto t0 = Clock::now();
-        op();
-        out.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-      }
-    };
     // As the baseline programs do: one barrier, then each operation timed alone, back to back.
     // With --secure-aggregation, blocks of kSecAggBlock plain and of as many masked operations
     // alternate, each after a barrier, so drift in load hits both alike. (Alternating single
     // operations would not do: the peers' phase then differs by kind, and rank 0 would time one
     // kind waiting for the others and the other kind with their data already there.)
-    const int block = masker ? kSecAggBlock : repeats;
+    const int block = masker_ ? kSecAggBlock : repeats;
     for (int done = 0; done < repeats; done += block) {
       const int count = std::min(block, repeats - done);
-      comm.barrier();
+      comm_->barrier();
       timed(times, count, [&] { allreduce(v); });
-      if (!masker) continue;
-      comm.barrier();
-      timed(secure_times, count, secure);
+      if (!masker_) continue;
+      comm_->barrier();
+      timed(secure_times, count, [&] { secure(u); });
     }
-    fill(v, rank);
+    const std::array<bool, 2> ok = verify(v, u);
+    std::vector<AllreduceRow> rows;
+    rows.push_back(make_row(o_.tls ? kTlsBackend : o_.hierarchical ? kHierBackend : "dpgossip",
+                            n_, bytes, times));
+    rows.back().ok = ok[0];
+    if (masker_) {
+      rows.push_back(make_row(kSecAggBackend, n_, bytes, secure_times));
+      rows.back().ok = ok[1];
+    }
+    return rows;
+  }
+
+ private:
+  void allreduce(std::span<float> v) {
+    if (hierarchy_) {
+      hierarchy_->allreduce(v);
+    } else {
+      comm_->allreduce(v);
+    }
+  }
+
+  // The masked exchange: mask, then the exact modular all-reduce.
+  void secure(std::vector<std::uint32_t>& u) {
+    masker_->mask(u, step_++);
+    comm_->allreduce(std::span<std::uint32_t>(u));
+  }
+
+  template <class Op>
+  static void timed(std::vector<double>& out, int count, Op&& op) {
+    for (int i = 0; i < count; ++i) {
+      const auto t0 = Clock::now();
+      op();
+      out.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+  }
+
+  // Whether one more all-reduce (and masked exchange) of fresh inputs gave the exact sums on
+  // every peer: {plain, masked}.
+  std::array<bool, 2> verify(std::vector<float>& v, std::vector<std::uint32_t>& u) {
+    fill(v, rank_);
     allreduce(v);
-    double bad[2] = {check(v, n) ? 0.0 : 1.0, 0.0};
-    if (masker) {
+    double bad[2] = {check(v, n_) ? 0.0 : 1.0, 0.0};
+    if (masker_) {
       // Masked inputs summed give the plain inputs' exact sum modulo 2^32; the masks must also
       // have changed what this peer sends (with another peer to pair with).
-      fill(u, rank);
-      masker->mask(u, step++);
-      bool changed = n == 1;
-      for (std::size_t i = 0; i < u.size() && !changed; ++i) changed = u[i] != secagg_value(rank, i);
-      comm.allreduce(std::span<std::uint32_t>(u));
-      bad[1] = changed && check(u, n) ? 0.0 : 1.0;
+      fill(u, rank_);
+      masker_->mask(u, step_++);
+      bool changed = n_ == 1;
+      for (std::size_t i = 0; i < u.size() && !changed; ++i) {
+        changed = u[i] != secagg_value(rank_, i);
+      }
+      comm_->allreduce(std::span<std::uint32_t>(u));
+      bad[1] = changed && check(u, n_) ? 0.0 : 1.0;
     }
-    comm.allreduce(std::span<double>(bad, 2));
-    AllreduceRow row =
-        make_row(o.tls ? kTlsBackend : o.hierarchical ? kHierBackend : "dpgossip", n, bytes, times);
-    row.ok = bad[0] == 0.0;
-    rows.push_back(row);
-    if (masker) {
-      AllreduceRow sec = make_row(kSecAggBackend, n, bytes, secure_times);
-      sec.ok = bad[1] == 0.0;
-      rows.push_back(sec);
-    }
+    comm_->allreduce(std::span<double>(bad, 2));
+    return {bad[0] == 0.0, bad[1] == 0.0};
+  }
+
+  const AllreduceBenchOptions& o_;
+  const int rank_, n_;
+  const LinkOptions links_;
+  const collective::Options copt_;
+  // Declared in the order they depend on each other: each is destroyed before what it uses.
+  std::unique_ptr<net::Transport> transport_;
+  std::optional<collective::Communicator> comm_;
+  std::optional<collective::Hierarchy> hierarchy_;
+  std::optional<dp::PairwiseMasker> masker_;
+  std::uint64_t step_ = 0;
+};
+
+// One peer: times every size and, on rank 0, reports the rows.
+void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& sizes) {
+  const net::HostsFile hosts = net::load_hosts(o.hosts);
+  const int rank = net::resolve_rank(o.rank, hosts.world());
+  // The rows are the output: a peer reports only warnings and errors.
+  if (log::level() > log::Level::warn) log::set_level(log::Level::warn);
+  if (o.pin) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(rank % static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), &set);
+    sched_setaffinity(0, sizeof set, &set);
+  }
+  PeerBench bench(o, hosts, rank);
+  std::vector<AllreduceRow> rows;
+  for (long long bytes : sizes) {
+    const std::vector<AllreduceRow> more = bench.time_size(bytes);
+    rows.insert(rows.end(), more.begin(), more.end());
   }
   if (rank != 0) return;
   std::string text;
@@ -346,68 +390,8 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o, Variant vari
   return bench::parse_allreduce_rows(text.str(), rows_path);
 }
 
-const AllreduceRow* find_row(const std::vector<AllreduceRow>& rows, const std::string& backend,
-                             long long bytes) {
-  for (const auto& r : rows) {
-    if (r.backend == backend && r.bytes == bytes) return &r;
-  }
-  return nullptr;
-}
-
-// The backend name a baseline's rows carry.
-std::string backend_of(const std::string& baseline) {
-  return baseline == "mpi" ? "openmpi" : baseline;
-}
-
-// A ratio per round, and its median and range over rounds: dpgossip's bus bandwidth over a
-// baseline's ("busbw/gloo", "busbw/mpi", "busbw/best": the better of those run), or the TLS run's
-// time over the plain one ("time tls/plain": what TLS costs; "time secagg/plain" likewise).
-struct Ratio {
-  std::string label;  // its column
-  std::string row;    // the backend whose rows it is printed on
-  long long bytes = 0;
-  std::vector<double> per_round;
-  double median = 0, min = 0, max = 0;
-};
-
-void summarise(Ratio& q) {
-  q.median = median(q.per_round);
-  const auto [lo, hi] = std::minmax_element(q.per_round.begin(), q.per_round.end());
-  q.min = *lo;
-  q.max = *hi;
-}
-
-std::string ratio_text(const Ratio& r) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(2) << r.median;
-  if (r.per_round.size() > 1) os << " (" << r.min << "-" << r.max << ")";
-  return os.str();
-}
-
-void print_table(const std::vector<AllreduceRow>& rows, const std::vector<Ratio>& ratios,
-                 const std::vector<std::string>& columns) {
-  std::cout << std::left << std::setw(16) << "backend" << std::right << std::setw(6) << "peers"
-            << std::setw(12) << "bytes" << std::setw(12) << "time_us" << std::setw(12)
-            << "algbw_GB/s" << std::setw(12) << "busbw_GB/s" << std::setw(6) << "ok";
-  for (const auto& c : columns) std::cout << std::setw(22) << c;
-  std::cout << "\n" << std::fixed;
-  for (const auto& r : rows) {
-    std::cout << std::left << std::setw(16) << r.backend << std::right << std::setw(6) << r.peers
-              << std::setw(12) << r.bytes << std::setw(12) << std::setprecision(1) << r.time_us
-              << std::setw(12) << std::setprecision(3) << r.algbw_GBps << std::setw(12)
-              << r.busbw_GBps << std::setw(6) << (r.ok ? "yes" : "NO");
-    for (const auto& c : columns) {
-      std::string cell;
-      for (const auto& q : ratios) {
-        if (q.label == c && q.row == r.backend && q.bytes == r.bytes) cell = ratio_text(q);
-      }
-      std::cout << std::setw(22) << cell;
-    }
-    std::cout << "\n";
-  }
-}
-
-void run_allreduce_bench(AllreduceBenchOptions o) {
+// The sizes, once every flag has been checked; --tls sets the transport to tcp.
+std::vector<long long> checked_sizes(AllreduceBenchOptions& o) {
   // TLS is a TCP layer: its rows and their plain partners both run over TCP, and shared memory,
   // which never leaves the host, has none to measure.
   if (o.tls && mode_of(o) == TransportMode::shm) {
@@ -446,39 +430,32 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
          "--peers: must be in [1, 1024] (local processes), got " + std::to_string(o.peers));
   }
   mode_of(o);
-  if (!o.hosts.empty()) return run_peer(o, sizes);
-  if (o.peers < 1) fail(Code::invalid_argument, "--peers: must be at least 1");
+  return sizes;
+}
+
+std::vector<std::string> parse_baselines(const std::string& text) {
   std::vector<std::string> baselines;
-  if (!o.baseline.empty()) {
-    std::stringstream ss(o.baseline);
-    for (std::string b; std::getline(ss, b, ',');) {
-      if (b != "gloo" && b != "mpi") {
-        fail(Code::invalid_argument, "--baseline: expected gloo, mpi or gloo,mpi; got \"" + b + "\"");
-      }
-      baselines.push_back(b);
+  if (text.empty()) return baselines;
+  std::stringstream ss(text);
+  for (std::string b; std::getline(ss, b, ',');) {
+    if (b != "gloo" && b != "mpi") {
+      fail(Code::invalid_argument, "--baseline: expected gloo, mpi or gloo,mpi; got \"" + b + "\"");
     }
+    baselines.push_back(b);
   }
-  // Each round runs every backend on every size; odd rounds run the baselines first, so that
-  // neither side always follows the other. Rows are medians over rounds; each ratio is taken
-  // within a round, between runs a few seconds apart, then its median over rounds is reported.
-  // With --tls, each round runs plain TCP and TLS back to back, in alternating order.
-  std::vector<std::string> backends = {"dpgossip"};
+  return baselines;
+}
+
+// Every round runs every backend on every size; odd rounds run the baselines first, so that
+// neither side always follows the other. Rows are medians over rounds; each ratio is taken
+// within a round, between runs a few seconds apart, then its median over rounds is reported.
+// With --tls, each round runs plain TCP and TLS back to back, in alternating order.
+void run_rounds(const AllreduceBenchOptions& o, bench_report::Runs& runs) {
   std::vector<Variant> variants = {Variant::plain};
-  if (o.tls) {
-    backends.push_back(kTlsBackend);
-    variants.push_back(Variant::tls);
-  }
-  if (o.hierarchical) {
-    backends.push_back(kHierBackend);
-    variants.push_back(Variant::hierarchical);
-  }
-  // Timed in the plain run's own peers, alternating with its operations.
-  if (o.secure_aggregation) backends.push_back(kSecAggBackend);
-  for (const auto& b : baselines) backends.push_back(backend_of(b));
-  std::vector<std::vector<AllreduceRow>> by_round;
+  if (o.tls) variants.push_back(Variant::tls);
+  if (o.hierarchical) variants.push_back(Variant::hierarchical);
   // Every peer's links over TCP: --transport tcp, or a host per peer.
   const bool over_tcp = mode_of(o) == TransportMode::tcp || o.emulated_hosts == o.peers;
-  std::vector<double> loopback;  // GB/s of one loopback stream, one per round
   for (int round = 0; round < o.rounds; ++round) {
     std::vector<AllreduceRow> rows;
     auto ours = [&] {
@@ -490,110 +467,40 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
       }
     };
     if (round % 2 == 0) ours();
-    for (const auto& b : baselines) {
+    for (const auto& b : runs.baselines) {
       // OpenMPI over the same medium: its shared-memory path (vader) when dpgossip's peers
       // share memory (all local peers do under auto), else TCP.
-      auto more = run_baseline(b, o.peers, sizes, o.warmup, o.repeats, o.pin,
+      auto more = run_baseline(b, o.peers, runs.sizes, o.warmup, o.repeats, o.pin,
                                mode_of(o) != TransportMode::tcp);
       rows.insert(rows.end(), more.begin(), more.end());
     }
     if (round % 2 == 1) ours();
     // Over TCP, the loopback's own rate in the same round, for the share of it reached.
-    if (over_tcp) loopback.push_back(tcp_loopback_GBps());
-    by_round.push_back(std::move(rows));
+    if (over_tcp) runs.loopback.push_back(tcp_loopback_GBps());
+    runs.by_round.push_back(std::move(rows));
   }
-  std::vector<AllreduceRow> rows;
-  std::vector<Ratio> ratios;
-  std::vector<std::string> over = baselines;
-  if (baselines.size() > 1) over.push_back("best");
-  std::vector<std::string> columns;
-  for (const auto& b : over) columns.push_back("busbw/" + b);
-  if (o.tls) columns.push_back("time tls/plain");
-  if (o.hierarchical) columns.push_back("time hier/flat");
-  if (o.secure_aggregation) columns.push_back("time secagg/plain");
-  if (over_tcp) columns.push_back("sent/loopback");
-  for (const auto& backend : backends) {
-    for (long long bytes : sizes) {
-      std::vector<double> times;
-      int repeats = 0;
-      bool ok = true;
-      for (const auto& round : by_round) {
-        const AllreduceRow* r = find_row(round, backend, bytes);
-        if (!r) fail(Code::internal, backend + " gave no row for " + std::to_string(bytes) + " bytes");
-        times.push_back(r->time_us);
-        repeats += r->repeats;
-        ok = ok && r->ok;
-      }
-      AllreduceRow row = make_row(backend, o.peers, bytes, times);
-      row.repeats = repeats;
-      row.ok = ok;
-      rows.push_back(row);
-    }
-  }
-  for (long long bytes : sizes) {
-    for (const auto& b : over) {
-      Ratio q{"busbw/" + b, "dpgossip", bytes, {}};
-      for (const auto& round : by_round) {
-        double theirs = 0;
-        for (const auto& base : baselines) {
-          if (b != "best" && b != base) continue;
-          const AllreduceRow* r = find_row(round, backend_of(base), bytes);
-          theirs = std::max(theirs, r->busbw_GBps);
-        }
-        const double mine = find_row(round, "dpgossip", bytes)->busbw_GBps;
-        q.per_round.push_back(theirs > 0 ? mine / theirs : 0.0);
-      }
-      summarise(q);
-      ratios.push_back(q);
-    }
-    if (over_tcp) {
-      // The share of the loopback's throughput used, round by round: every peer sends busbw
-      // (the ring's bytes per peer and second), N peers at once, over what one stream carries.
-      Ratio q{"sent/loopback", "dpgossip", bytes, {}};
-      for (std::size_t i = 0; i < by_round.size(); ++i) {
-        q.per_round.push_back(o.peers * find_row(by_round[i], "dpgossip", bytes)->busbw_GBps /
-                              loopback[i]);
-      }
-      summarise(q);
-      ratios.push_back(q);
-    }
-    for (const auto& [on, label, backend] :
-         {std::tuple{o.tls, "time tls/plain", kTlsBackend},
-          std::tuple{o.hierarchical, "time hier/flat", kHierBackend},
-          std::tuple{o.secure_aggregation, "time secagg/plain", kSecAggBackend}}) {
-      if (!on) continue;
-      Ratio q{label, backend, bytes, {}};
-      for (const auto& round : by_round) {
-        const double plain = find_row(round, "dpgossip", bytes)->time_us;
-        q.per_round.push_back(plain > 0 ? find_row(round, backend, bytes)->time_us / plain : 0.0);
-      }
-      summarise(q);
-      ratios.push_back(q);
-    }
-  }
-  const double copy = memcpy_GBps();
-  if (o.json) {
-    std::cout << Json{{"limit", "memcpy_one_core"}, {"GBps", copy}}.dump() << "\n";
-    if (over_tcp) {
-      std::cout << Json{{"limit", "tcp_loopback_stream"}, {"GBps", median(loopback)}}.dump()
-                << "\n";
-    }
-    for (const auto& r : rows) std::cout << bench::to_json_line(r) << "\n";
-    for (const auto& q : ratios) {
-      std::cout << Json{{"ratio", q.label}, {"bytes", q.bytes}, {"median", q.median},
-                        {"min", q.min}, {"max", q.max}, {"rounds", q.per_round.size()}}.dump()
-                << "\n";
-    }
-  } else {
-    std::cout << "transport " << o.transport << "; the machine's limit: one core copies "
-              << std::fixed << std::setprecision(2) << copy << " GB/s (memcpy of 64 MiB)";
-    if (over_tcp) {
-      std::cout << "; TCP over loopback carries " << median(loopback)
-                << " GB/s (one connection, one way, 4 MiB writes)";
-    }
-    std::cout << "\n";
-    print_table(rows, ratios, columns);
-  }
+}
+
+void run_allreduce_bench(AllreduceBenchOptions o) {
+  bench_report::Runs runs;
+  runs.sizes = checked_sizes(o);
+  if (!o.hosts.empty()) return run_peer(o, runs.sizes);
+  if (o.peers < 1) fail(Code::invalid_argument, "--peers: must be at least 1");
+  runs.peers = o.peers;
+  runs.baselines = parse_baselines(o.baseline);
+  runs.tls = o.tls;
+  runs.hierarchical = o.hierarchical;
+  runs.secure_aggregation = o.secure_aggregation;
+  runs.backends = {"dpgossip"};
+  if (o.tls) runs.backends.push_back(kTlsBackend);
+  if (o.hierarchical) runs.backends.push_back(kHierBackend);
+  // Timed in the plain run's own peers, alternating with its operations.
+  if (o.secure_aggregation) runs.backends.push_back(kSecAggBackend);
+  for (const auto& b : runs.baselines) runs.backends.push_back(bench_report::backend_of(b));
+  run_rounds(o, runs);
+  const std::vector<AllreduceRow> rows = bench_report::merged_rows(runs);
+  bench_report::print_report(runs, rows, bench_report::ratios_of(runs), memcpy_GBps(), o.json,
+                             o.transport);
   for (const auto& r : rows) {
     if (!r.ok) fail(Code::internal, r.backend + " all-reduce of " + std::to_string(r.bytes) +
                                         " bytes gave a wrong result");
