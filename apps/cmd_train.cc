@@ -172,111 +172,57 @@ void check_noise_seed(const TrainConfig& c, int world) {
            "noise and batches, so the privacy guarantee does not hold against them");
 }
 
-void run_train(const CLI::App& cmd, const TrainFlags& flags) {
-  set_activity(flags.config_file.empty() ? "reading the flags"
-                                         : "reading " + flags.config_file + " and the flags");
-  const TrainConfig c = merge(cmd, flags);
-  // Before any thread or CUDA call: NCCL's exchange runs beside the model's kernels.
-  if (c.transport == TransportMode::nccl) {
-    if (const char* mode = collective::eager_kernel_loading_for_nccl()) {
-      DPG_WARN("train: CUDA_MODULE_LOADING=" << mode << " from the environment: a kernel loaded "
-               "while an NCCL exchange waits on a dead peer may wait past the timeout "
-               "(docs/GPU.md)");
-    }
-  }
-  check_train_outputs(c);
-  install_stop_handlers();
-  set_activity("setting up the run (hosts, transport, trace)");
-  const Peers peers = peers_for(c, flags);
-  check_noise_seed(c, peers.world());
-  // One voice per run: other ranks report only warnings and errors.
-  if (peers.rank != 0 && log::level() > log::Level::warn) log::set_level(log::Level::warn);
-  DPG_INFO("train: " << describe(c));
-  const train::AlgoInfo& algo = train::algo_info(c.algo);
-  std::vector<train::GossipPhase> phases;
-  if (algo.uses_graph && peers.world() > 1) {
-    phases = gossip_phases(c, peers.world(), peers.hosts.topology);
-  }
-  // The timeline: this peer's part file from now on, its messages seen through a tracing
-  // transport (off, nothing wraps and nothing is recorded).
-  trace::Tracer tracer;
-  open_trace(tracer, c.trace, peers.rank);
+// This peer's links to the others: the transport the hosts file and --transport give, seen
+// through the tracer when it is on, and the collectives over it. Declared in the order they
+// depend on each other, so each is destroyed before what it uses.
+struct Links {
   std::unique_ptr<net::Transport> transport;
   std::optional<net::TracingTransport> traced;
   std::optional<collective::Communicator> comm;
-  if (peers.world() > 1) {
-    net::TcpOptions t;
-    t.timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
-    t.connect_timeout = t.timeout;
-    // The hosts file's topology is part of what the peers must share when a run uses it.
-    t.config_hash = shared_settings_hash(c) ^ (peers.hosts.topology.is_null()
-                                                   ? 0
-                                                   : fnv1a64(peers.hosts.topology.dump()));
-    // An algorithm that overlaps communication with computation needs a progress thread.
-    t.progress_thread = algo.overlaps(c);
-    t.tls = flags.tls;
-    const collective::Options copt;
-    // The collectives' peers (the initial broadcast, evaluation and metrics), plus the
-    // algorithm's own (gossip: the neighbours of every graph of the run).
-    std::set<int> talk_to;
-    for (int p : collective::peers_needed(peers.rank, peers.world(), copt)) talk_to.insert(p);
-    for (int p : algo.peers(c, peers.rank, peers.world(), phases)) talk_to.insert(p);
-    if (c.hierarchical) {
-      for (int p : collective::hierarchical_peers(peers.rank, host_ids(peers.hosts), copt)) {
-        talk_to.insert(p);
-      }
+};
+
+void connect(Links& links, const TrainConfig& c, const TrainFlags& flags, const Peers& peers,
+             const train::AlgoInfo& algo, const std::vector<train::GossipPhase>& phases,
+             trace::Tracer& tracer) {
+  net::TcpOptions t;
+  t.timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
+  t.connect_timeout = t.timeout;
+  // The hosts file's topology is part of what the peers must share when a run uses it.
+  t.config_hash = shared_settings_hash(c) ^ (peers.hosts.topology.is_null()
+                                                 ? 0
+                                                 : fnv1a64(peers.hosts.topology.dump()));
+  // An algorithm that overlaps communication with computation needs a progress thread.
+  t.progress_thread = algo.overlaps(c);
+  t.tls = flags.tls;
+  const collective::Options copt;
+  // The collectives' peers (the initial broadcast, evaluation and metrics), plus the
+  // algorithm's own (gossip: the neighbours of every graph of the run).
+  std::set<int> talk_to;
+  for (int p : collective::peers_needed(peers.rank, peers.world(), copt)) talk_to.insert(p);
+  for (int p : algo.peers(c, peers.rank, peers.world(), phases)) talk_to.insert(p);
+  if (c.hierarchical) {
+    for (int p : collective::hierarchical_peers(peers.rank, host_ids(peers.hosts), copt)) {
+      talk_to.insert(p);
     }
-    net::ShmOptions shm;
-    shm.timeout = t.timeout;
-    shm.connect_timeout = t.connect_timeout;
-    shm.config_hash = t.config_hash;
-    shm.progress_thread = t.progress_thread;
-    transport = make_transport(peers.hosts, peers.rank,
-                               std::vector<int>(talk_to.begin(), talk_to.end()), c.transport, t,
-                               shm);
-    if (tracer.on()) traced.emplace(*transport, tracer);
-    comm.emplace(traced ? static_cast<net::Transport&>(*traced) : *transport, copt);
   }
-  train::Trainer trainer(c, load_or_prepare(c, peers.rank, peers.world()),
-                         comm ? &*comm : nullptr, std::move(phases), &tracer);
-  trainer.set_stop_flag(&g_stop_requested);
-  if (peers.world() > 1) trainer.set_host_ids(host_ids(peers.hosts));
-  const bool reporter = peers.rank == 0;
-  const int epochs = static_cast<int>(std::ceil(c.epochs - 1e-9));
-  const std::string run = c.run_name.empty() ? default_run_name(c, peers.world()) : c.run_name;
-  auto metrics_line = [&](Json line, const char* kind) {
-    line["run"] = run;
-    line["kind"] = kind;
-    line["algo"] = to_string(c.algo);
-    line["rank"] = 0;
-    line["peers"] = peers.world();
-    append_metrics(c.metrics, line);
-  };
-  const auto summary = trainer.run(
-      [&](const train::EpochReport& r) {
-        if (!reporter) return;
-        std::cerr << train::progress_line(r, epochs) << std::endl;
-        metrics_line(r.to_json(), "epoch");
-      },
-      [&](const train::ConsensusReport& r) {
-        if (reporter) metrics_line(r.to_json(), "consensus");
-      });
-  finish_trace(tracer, comm ? &*comm : nullptr, c.trace);
-  if (!reporter) return;
-  const dp::PrivacyPlan& plan = trainer.plan();
-  Json s = summary.to_json(c, plan);
-  s["run"] = run;
-  const bool stopped = summary.stopped_at >= 0;
-  if (!c.metrics.empty()) {
-    Json line = s;
-    line.erase("accountant");
-    metrics_line(line, stopped ? "stopped" : "summary");
-  }
-  if (flags.json) {
-    std::cout << s.dump() << std::endl;
-    return;
-  }
-  if (stopped) {
+  net::ShmOptions shm;
+  shm.timeout = t.timeout;
+  shm.connect_timeout = t.connect_timeout;
+  shm.config_hash = t.config_hash;
+  shm.progress_thread = t.progress_thread;
+  links.transport = make_transport(peers.hosts, peers.rank,
+                                   std::vector<int>(talk_to.begin(), talk_to.end()), c.transport,
+                                   t, shm);
+  if (tracer.on()) links.traced.emplace(*links.transport, tracer);
+  links.comm.emplace(links.traced ? static_cast<net::Transport&>(*links.traced) : *links.transport,
+                     copt);
+}
+
+// Rank 0's last words on stdout without --json: where a stopped run's checkpoints are, or the
+// finished run's accuracy, privacy, graph and speed. `s` is the summary's JSON.
+void print_summary(const TrainConfig& c, const train::TrainSummary& summary,
+                   const dp::PrivacyPlan& plan, const Json& s) {
+  if (summary.stopped_at >= 0) {
     std::cout << "stopped by a signal after " << summary.stopped_at << " of " << summary.steps
               << " steps, epsilon so far "
               << (c.dp ? std::to_string(summary.epsilon) : std::string("inf (no DP)"))
@@ -307,6 +253,80 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   std::cout << ", " << summary.peers << " peer" << (summary.peers > 1 ? "s" : "")
             << ", noise multiplier " << plan.model_sigma << ", " << summary.steps << " steps, "
             << train::throughput_text(summary.samples_per_second) << "\n";
+}
+
+void run_train(const CLI::App& cmd, const TrainFlags& flags) {
+  set_activity(flags.config_file.empty() ? "reading the flags"
+                                         : "reading " + flags.config_file + " and the flags");
+  const TrainConfig c = merge(cmd, flags);
+  // Before any thread or CUDA call: NCCL's exchange runs beside the model's kernels.
+  if (c.transport == TransportMode::nccl) {
+    if (const char* mode = collective::eager_kernel_loading_for_nccl()) {
+      DPG_WARN("train: CUDA_MODULE_LOADING=" << mode << " from the environment: a kernel loaded "
+               "while an NCCL exchange waits on a dead peer may wait past the timeout "
+               "(docs/GPU.md)");
+    }
+  }
+  check_train_outputs(c);
+  install_stop_handlers();
+  set_activity("setting up the run (hosts, transport, trace)");
+  const Peers peers = peers_for(c, flags);
+  check_noise_seed(c, peers.world());
+  // One voice per run: other ranks report only warnings and errors.
+  if (peers.rank != 0 && log::level() > log::Level::warn) log::set_level(log::Level::warn);
+  DPG_INFO("train: " << describe(c));
+  const train::AlgoInfo& algo = train::algo_info(c.algo);
+  std::vector<train::GossipPhase> phases;
+  if (algo.uses_graph && peers.world() > 1) {
+    phases = gossip_phases(c, peers.world(), peers.hosts.topology);
+  }
+  // The timeline: this peer's part file from now on, its messages seen through a tracing
+  // transport (off, nothing wraps and nothing is recorded).
+  trace::Tracer tracer;
+  open_trace(tracer, c.trace, peers.rank);
+  Links links;
+  if (peers.world() > 1) connect(links, c, flags, peers, algo, phases, tracer);
+  collective::Communicator* comm = links.comm ? &*links.comm : nullptr;
+  train::Trainer trainer(c, load_or_prepare(c, peers.rank, peers.world()), comm,
+                         std::move(phases), &tracer);
+  trainer.set_stop_flag(&g_stop_requested);
+  if (peers.world() > 1) trainer.set_host_ids(host_ids(peers.hosts));
+  const bool reporter = peers.rank == 0;
+  const int epochs = static_cast<int>(std::ceil(c.epochs - 1e-9));
+  const std::string run = c.run_name.empty() ? default_run_name(c, peers.world()) : c.run_name;
+  auto metrics_line = [&](Json line, const char* kind) {
+    line["run"] = run;
+    line["kind"] = kind;
+    line["algo"] = to_string(c.algo);
+    line["rank"] = 0;
+    line["peers"] = peers.world();
+    append_metrics(c.metrics, line);
+  };
+  const auto summary = trainer.run(
+      [&](const train::EpochReport& r) {
+        if (!reporter) return;
+        std::cerr << train::progress_line(r, epochs) << std::endl;
+        metrics_line(r.to_json(), "epoch");
+      },
+      [&](const train::ConsensusReport& r) {
+        if (reporter) metrics_line(r.to_json(), "consensus");
+      });
+  finish_trace(tracer, comm, c.trace);
+  if (!reporter) return;
+  const dp::PrivacyPlan& plan = trainer.plan();
+  Json s = summary.to_json(c, plan);
+  s["run"] = run;
+  const bool stopped = summary.stopped_at >= 0;
+  if (!c.metrics.empty()) {
+    Json line = s;
+    line.erase("accountant");
+    metrics_line(line, stopped ? "stopped" : "summary");
+  }
+  if (flags.json) {
+    std::cout << s.dump() << std::endl;
+    return;
+  }
+  print_summary(c, summary, plan, s);
 }
 
 }  // namespace
