@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "runtime/core/error.h"
 
@@ -25,6 +26,48 @@ bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 // allowed), and the averaging code is compiled for floating point only.
 template <typename T>
 constexpr bool kElement = std::is_floating_point_v<T> || std::is_same_v<T, std::uint32_t>;
+
+// Where the ring all-reduce's pieces lie: N blocks of the buffer, block b at
+// [count b / N, count (b+1) / N), each cut into `nseg` segments; and which block step g sends
+// to the right and receives from the left (steps [0, N-1) reduce-scatter, the rest all-gather).
+struct RingLayout {
+  RingLayout(int n, int r, std::size_t count, std::size_t elem_bytes, std::size_t segment_bytes)
+      : n(n), r(r), count(count), max_block((count + n - 1) / n),
+        nseg(std::max<std::size_t>(1, (max_block * elem_bytes + segment_bytes - 1) / segment_bytes)),
+        left(mod(r - 1)), right(mod(r + 1)) {}
+
+  int mod(long long b) const { return static_cast<int>(((b % n) + n) % n); }
+  std::size_t block_begin(int b) const { return count * static_cast<std::size_t>(b) / n; }
+  // Element range [begin, end) of segment k of block b.
+  std::pair<std::size_t, std::size_t> segment(int b, std::size_t k) const {
+    const std::size_t b0 = block_begin(b), m = block_begin(b + 1) - b0;
+    return {b0 + m * k / nseg, b0 + m * (k + 1) / nseg};
+  }
+  int send_block(int g) const { return g < n - 1 ? mod(r - g) : mod(r + 1 - (g - (n - 1))); }
+  int recv_block(int g) const { return g < n - 1 ? mod(r - g - 1) : mod(r - (g - (n - 1))); }
+
+  const int n, r;
+  const std::size_t count, max_block, nseg;
+  const int left, right;
+};
+
+// An average's division, p[i] *= 1/n over `len` elements: one multiply by the inverse, as every
+// all-reduce kernel divides, so that each gives the same bits. Floating point only; integers are
+// only ever summed.
+template <typename T>
+void divide(T* p, std::size_t len, int n) {
+  if constexpr (std::is_floating_point_v<T>) {
+    const T inv_n = T(1) / static_cast<T>(n);
+    for (std::size_t j = 0; j < len; ++j) p[j] *= inv_n;
+  }
+}
+
+// dst += src over `len` elements, then, with `divide_by` > 1, the average's division.
+template <typename T>
+void add_into(T* dst, const T* src, std::size_t len, int divide_by) {
+  for (std::size_t j = 0; j < len; ++j) dst[j] += src[j];
+  if (divide_by > 1) divide(dst, len, divide_by);
+}
 
 }  // namespace
 
@@ -101,12 +144,7 @@ void Communicator::doubling_allreduce(std::span<T> data, Reduce op) {
       for (std::size_t i = 0; i < data.size(); ++i) mine[i] = other[i] + mine[i];
     }
   }
-  if constexpr (std::is_floating_point_v<T>) {
-    if (op == Reduce::average) {
-      const T inv_n = T(1) / static_cast<T>(n);
-      for (auto& v : data) v *= inv_n;
-    }
-  }
+  if (op == Reduce::average) divide(data.data(), data.size(), n);
 }
 
 // Halving-doubling on N = 2^m peers, with the buffer cut into N blocks as in the ring. The
@@ -145,12 +183,7 @@ void Communicator::halving_doubling_allreduce(std::span<T> data, Reduce op) {
     lo = keep_lo;
     hi = keep_hi;
   }
-  if constexpr (std::is_floating_point_v<T>) {
-    if (op == Reduce::average) {
-      const T inv_n = T(1) / static_cast<T>(n);
-      for (std::size_t i = at(r); i < at(r + 1); ++i) data[i] *= inv_n;
-    }
-  }
+  if (op == Reduce::average) divide(data.data() + at(r), at(r + 1) - at(r), n);
   for (int k = 1; k < n; k *= 2, ++step) {
     const int partner = r ^ k;
     const bool low_side = (r & k) == 0;
@@ -180,35 +213,20 @@ void Communicator::ring_allreduce(std::span<T> data, Reduce op) {
 template <typename T>
 void Communicator::ring(std::span<T> data, Reduce op, int g0, int g1) {
   const int n = world();
-  const int r = rank();
   const uint64_t round = next_round();
   const std::size_t count = data.size();
   if (n == 1 || count == 0) return;  // every peer passes the same size, so all skip together
 
-  auto mod = [n](long long b) { return static_cast<int>(((b % n) + n) % n); };
-  auto block_begin = [&](int b) { return count * static_cast<std::size_t>(b) / n; };
-  const std::size_t max_block = (count + n - 1) / n;
-  const std::size_t nseg =
-      std::max<std::size_t>(1, (max_block * sizeof(T) + options_.segment_bytes - 1) /
-                                   options_.segment_bytes);
+  const RingLayout ring(n, rank(), count, sizeof(T), options_.segment_bytes);
+  const std::size_t nseg = ring.nseg;
   const int steps = 2 * (n - 1);
-  const int left = mod(r - 1), right = mod(r + 1);
-
-  // Element range [begin, end) of segment k of block b.
-  auto segment = [&](int b, std::size_t k, std::size_t& begin, std::size_t& end) {
-    const std::size_t b0 = block_begin(b), m = block_begin(b + 1) - b0;
-    begin = b0 + m * k / nseg;
-    end = b0 + m * (k + 1) / nseg;
-  };
-  auto send_block = [&](int g) { return g < n - 1 ? mod(r - g) : mod(r + 1 - (g - (n - 1))); };
-  auto recv_block = [&](int g) { return g < n - 1 ? mod(r - g - 1) : mod(r - (g - (n - 1))); };
   auto tag = [&](int g, std::size_t k) {
     return net::Tag{op_id(kOpAllreduce), round, static_cast<uint32_t>(g * nseg + k)};
   };
 
   // Reduce-scatter receive i (= g * nseg + k) lands in slot i % slots.
   const std::size_t rs_count = static_cast<std::size_t>(n - 1) * nseg;
-  const std::size_t slot_elems = (max_block + nseg - 1) / nseg;
+  const std::size_t slot_elems = (ring.max_block + nseg - 1) / nseg;
   const std::size_t slots = std::max<std::size_t>(1, std::min(options_.scratch_slots, rs_count));
   scratch_.resize(slots * slot_elems * sizeof(T));
   T* scratch = reinterpret_cast<T*>(scratch_.data());
@@ -226,8 +244,7 @@ void Communicator::ring(std::span<T> data, Reduce op, int g0, int g1) {
   };
 
   auto post_recv = [&](int g, std::size_t k) {
-    std::size_t b, e;
-    segment(recv_block(g), k, b, e);
+    const auto [b, e] = ring.segment(ring.recv_block(g), k);
     std::span<std::byte> dst;
     if (g < n - 1) {
       const std::size_t at = ((g * nseg + k) % slots) * slot_elems;
@@ -237,13 +254,12 @@ void Communicator::ring(std::span<T> data, Reduce op, int g0, int g1) {
       wait_send((g - (n - 1)) * nseg + k);
       dst = bytes_of(bytes, b * sizeof(T), e * sizeof(T));
     }
-    recvs_[g * nseg + k] = transport_.recv(left, tag(g, k), dst);
+    recvs_[g * nseg + k] = transport_.recv(ring.left, tag(g, k), dst);
   };
   auto post_send = [&](int g, std::size_t k) {
-    std::size_t b, e;
-    segment(send_block(g), k, b, e);
-    sends_[g * nseg + k] = transport_.send(right, tag(g, k), bytes_of(bytes, b * sizeof(T),
-                                                                      e * sizeof(T)));
+    const auto [b, e] = ring.segment(ring.send_block(g), k);
+    sends_[g * nseg + k] = transport_.send(ring.right, tag(g, k), bytes_of(bytes, b * sizeof(T),
+                                                                           e * sizeof(T)));
   };
 
   if (g0 == 0) {
@@ -256,19 +272,11 @@ void Communicator::ring(std::span<T> data, Reduce op, int g0, int g1) {
     for (std::size_t k = 0; k < nseg; ++k) {
       transport_.wait(recvs_[g * nseg + k]);
       if (g < n - 1) {
-        std::size_t b, e;
-        const int blk = recv_block(g);
-        segment(blk, k, b, e);
+        const auto [b, e] = ring.segment(ring.recv_block(g), k);
         const std::size_t i = g * nseg + k;
-        const T* src = scratch + (i % slots) * slot_elems;
-        T* dst = data.data() + b;
-        for (std::size_t j = 0; j < e - b; ++j) dst[j] += src[j];
-        if constexpr (std::is_floating_point_v<T>) {
-          if (g == n - 2 && op == Reduce::average) {
-            const T inv_n = T(1) / static_cast<T>(n);
-            for (std::size_t j = 0; j < e - b; ++j) dst[j] *= inv_n;
-          }
-        }
+        // The block's last reduce-scatter step also averages: its owner finishes it here.
+        add_into(data.data() + b, scratch + (i % slots) * slot_elems, e - b,
+                 g == n - 2 && op == Reduce::average ? n : 1);
         // The slot is free again: post the reduce-scatter receive that reuses it.
         if (i + slots < rs_count && static_cast<int>((i + slots) / nseg) < g1) {
           post_recv(static_cast<int>((i + slots) / nseg), (i + slots) % nseg);
