@@ -136,6 +136,60 @@ void check_audit(const TrainConfig& c, const AuditOptions& o) {
   }
 }
 
+namespace {
+
+// Input canaries: `included.size()` images drawn uniformly in the training features' range, each
+// with a uniform label; the included ones join the training set.
+void draw_inputs(Rng& auditor, const std::vector<std::uint8_t>& included, data::Dataset& train,
+                 std::vector<float>& images, std::vector<std::int32_t>& labels) {
+  const std::size_t m = included.size();
+  const auto [lo, hi] = std::minmax_element(train.features.begin(), train.features.end());
+  const float low = *lo, span = *hi - *lo;
+  const std::size_t cols = train.cols;
+  images.resize(m * cols);
+  labels.resize(m);
+  for (std::size_t j = 0; j < m; ++j) {
+    for (std::size_t k = 0; k < cols; ++k) {
+      images[j * cols + k] = low + static_cast<float>(auditor.uniform()) * span;
+    }
+    labels[j] =
+        static_cast<std::int32_t>(auditor.below(static_cast<std::uint64_t>(train.num_classes)));
+  }
+  for (std::size_t j = 0; j < m; ++j) {
+    if (!included[j]) continue;
+    train.features.insert(train.features.end(),
+                          images.begin() + static_cast<std::ptrdiff_t>(j * cols),
+                          images.begin() + static_cast<std::ptrdiff_t>((j + 1) * cols));
+    train.labels.push_back(labels[j]);
+    ++train.rows;
+  }
+}
+
+// The auditor's side once training is over: the scores' means, its guesses from them and the
+// lower bound on epsilon those guesses prove.
+void guess(AuditResult& r, std::vector<double> scores, const std::vector<std::uint8_t>& included,
+           double delta, const AuditOptions& o) {
+  for (double& s : scores) {
+    if (std::isnan(s)) {
+      fail(Code::aborted, "audit: a canary's score is NaN (the model diverged; lower --lr)");
+    }
+    // An infinite loss is the lowest score there is.
+    s = std::clamp(s, -std::numeric_limits<double>::max(), std::numeric_limits<double>::max());
+  }
+  double sum_in = 0, sum_out = 0;
+  for (std::size_t j = 0; j < scores.size(); ++j) (included[j] ? sum_in : sum_out) += scores[j];
+  r.mean_score_in = r.included > 0 ? sum_in / static_cast<double>(r.included) : 0.0;
+  r.mean_score_out =
+      r.included < r.canaries ? sum_out / static_cast<double>(r.canaries - r.included) : 0.0;
+  const dp::AuditGuesses g = dp::audit_guess(scores, included, o.k_plus, o.k_minus);
+  r.guesses = g.guesses;
+  r.correct = g.correct;
+  r.epsilon_lower_bound =
+      dp::audit_epsilon_lower_bound(r.canaries, r.guesses, r.correct, delta, o.confidence);
+}
+
+}  // namespace
+
 AuditResult run_audit(const TrainConfig& c, data::Prepared data, const AuditOptions& o) {
   check_audit(c, o);
   const auto m = static_cast<std::size_t>(o.canaries);
@@ -160,27 +214,7 @@ AuditResult run_audit(const TrainConfig& c, data::Prepared data, const AuditOpti
   if (o.kind == CanaryKind::gradient) {
     coords = draw_coordinates(o.canaries, slots, auditor);
   } else {
-    const auto [lo, hi] = std::minmax_element(data.train.features.begin(),
-                                              data.train.features.end());
-    const std::size_t cols = data.train.cols;
-    images.resize(m * cols);
-    labels.resize(m);
-    for (std::size_t j = 0; j < m; ++j) {
-      for (std::size_t k = 0; k < cols; ++k) {
-        images[j * cols + k] = *lo + static_cast<float>(auditor.uniform()) * (*hi - *lo);
-      }
-      labels[j] = static_cast<std::int32_t>(
-          auditor.below(static_cast<std::uint64_t>(data.train.num_classes)));
-    }
-    // The included ones become training examples.
-    data::Dataset& t = data.train;
-    for (std::size_t j = 0; j < m; ++j) {
-      if (!included[j]) continue;
-      t.features.insert(t.features.end(), images.begin() + static_cast<std::ptrdiff_t>(j * cols),
-                        images.begin() + static_cast<std::ptrdiff_t>((j + 1) * cols));
-      t.labels.push_back(labels[j]);
-      ++t.rows;
-    }
+    draw_inputs(auditor, included, data.train, images, labels);
   }
 
   Trainer trainer(c, std::move(data));
@@ -223,23 +257,7 @@ AuditResult run_audit(const TrainConfig& c, data::Prepared data, const AuditOpti
   } else {
     scores = minus_losses(spec, final_params, images, labels);
   }
-  for (double& s : scores) {
-    if (std::isnan(s)) {
-      fail(Code::aborted, "audit: a canary's score is NaN (the model diverged; lower --lr)");
-    }
-    // An infinite loss is the lowest score there is.
-    s = std::clamp(s, -std::numeric_limits<double>::max(), std::numeric_limits<double>::max());
-  }
-  double sum_in = 0, sum_out = 0;
-  for (std::size_t j = 0; j < m; ++j) (included[j] ? sum_in : sum_out) += scores[j];
-  r.mean_score_in = r.included > 0 ? sum_in / static_cast<double>(r.included) : 0.0;
-  r.mean_score_out =
-      r.included < r.canaries ? sum_out / static_cast<double>(r.canaries - r.included) : 0.0;
-  const dp::AuditGuesses g = dp::audit_guess(scores, included, o.k_plus, o.k_minus);
-  r.guesses = g.guesses;
-  r.correct = g.correct;
-  r.epsilon_lower_bound =
-      dp::audit_epsilon_lower_bound(r.canaries, r.guesses, r.correct, c.delta, o.confidence);
+  guess(r, std::move(scores), included, c.delta, o);
   return r;
 }
 
