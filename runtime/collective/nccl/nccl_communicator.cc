@@ -165,11 +165,18 @@ GpuRecord local_record(int device) {
   static_assert(sizeof props.uuid.bytes == 16);
   std::memcpy(r.uuid.data(), props.uuid.bytes, 16);
   // Creates the device's context: a GPU in exclusive-process mode that another process holds, or
-  // one that is out of memory, fails here rather than inside NCCL.
+  // one that is out of memory, fails here rather than inside NCCL. Setting the device creates it
+  // only where the device was not current already; cudaFree(nullptr) frees nothing and creates
+  // it wherever it is still missing.
   DeviceScope on(device);
-  if (on.status() != cudaSuccess) {
+  cudaError_t made = on.status();
+  if (made == cudaSuccess) made = cudaFree(nullptr);
+  if (made != cudaSuccess) {
     cudaGetLastError();
-    put_text(r.error, set_device_text(device, on.status()));
+    put_text(r.error, on.status() != cudaSuccess
+                          ? set_device_text(device, made)
+                          : "creating GPU " + std::to_string(device) + "'s context: " +
+                                cuda_text(made));
     return r;
   }
   r.usable = 1;
