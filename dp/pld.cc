@@ -305,11 +305,19 @@ GridPmf compose(const std::vector<std::shared_ptr<const StepPmf>>& steps_pmfs,
   out.offset = offset + lower;
   out.probs.resize(width);
   const double scale = 1.0 / static_cast<double>(n);
+  double total = 0;
   for (std::size_t j = 0; j < width; ++j) {
     const std::size_t at = static_cast<std::size_t>(lower + static_cast<long long>(j)) % n;
     out.probs[j] = std::max(real[at] * scale, 0.0);  // FFT rounding leaves about -1e-17
+    total += real[at];
   }
   out.infinity = -std::expm1(log_no_infinity) + (pessimistic ? o.tail_mass : 0.0);
+  // A NaN anywhere in a step's PMF spreads to every point through the transforms, and then every
+  // comparison in epsilon_of is false: it would report epsilon 0. Never silently.
+  if (!std::isfinite(total) || !std::isfinite(out.infinity)) {
+    fail(Code::internal, "PLD: the composed distribution is not finite (interval " +
+                             str(interval) + "); please report the history that gave it");
+  }
   return out;
 }
 
@@ -323,6 +331,17 @@ Composed compose_direction(const std::vector<PoissonGaussian>& groups, Direction
   const auto dir_of = [&](const PoissonGaussian& g) {
     return g.q == 1.0 ? Direction::remove : dir;
   };
+  // A sigma so small that one step's loss overflows a double (sigma below about 1e-154, where
+  // sigma^2 underflows) has no grid: the mechanism is deterministic to double precision, so all
+  // its mass is put at loss +inf (epsilon +inf, delta 1), as the RDP accountant reports it.
+  for (const PoissonGaussian& g : groups) {
+    const StepLoss loss(g.q, g.sigma, dir_of(g));
+    if (!std::isfinite(loss.loss_at_lower_x()) || !std::isfinite(loss.loss_at_upper_x())) {
+      Composed all_infinite{GridPmf{}, o.interval};
+      all_infinite.pmf.infinity = 1.0;
+      return all_infinite;
+    }
+  }
   // Each pass at least doubles the interval, so this ends (a finite interval fits any finite
   // loss range in two points).
   for (double interval = o.interval; std::isfinite(interval);) {

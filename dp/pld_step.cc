@@ -132,10 +132,19 @@ GridPmf StepLoss::pessimistic(double interval) const {
   const double em1 = std::expm1(interval);
   const double e = std::exp(interval);
   pmf.probs.resize(n);
-  pmf.probs[0] = 1.0 - deltas[0] + (deltas[1] - deltas[0]) / em1;
-  for (std::size_t i = 1; i + 1 < n; ++i)
-    pmf.probs[i] = ((deltas[i + 1] - deltas[i]) - e * (deltas[i] - deltas[i - 1])) / em1;
-  pmf.probs[n - 1] = (deltas[n - 1] - deltas[n - 2]) / std::expm1(-interval);
+  if (std::isinf(em1)) {
+    // h > 709.78 (one step's loss in the tens of thousands: sigma near 1e-5 or below): e^h
+    // overflows and the lines above would give inf / inf. Their limits, exact to the last bit
+    // once e^h > 2^53: D_i / (e^h - 1) is 0 and e^h / (e^h - 1) is 1, so p_0 = 1 - delta_0 and
+    // p_i = delta_{i-1} - delta_i: each point takes the mass between its neighbours' deltas.
+    pmf.probs[0] = 1.0 - deltas[0];
+    for (std::size_t i = 1; i < n; ++i) pmf.probs[i] = deltas[i - 1] - deltas[i];
+  } else {
+    pmf.probs[0] = 1.0 - deltas[0] + (deltas[1] - deltas[0]) / em1;
+    for (std::size_t i = 1; i + 1 < n; ++i)
+      pmf.probs[i] = ((deltas[i + 1] - deltas[i]) - e * (deltas[i] - deltas[i - 1])) / em1;
+    pmf.probs[n - 1] = (deltas[n - 1] - deltas[n - 2]) / std::expm1(-interval);
+  }
   for (double& p : pmf.probs) p = std::max(p, 0.0);  // rounding can leave -1e-17
   return pmf;
 }

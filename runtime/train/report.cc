@@ -135,7 +135,16 @@ std::string throughput_text(double samples_per_second) {
 
 std::string progress_line(const EpochReport& r, int total_epochs) {
   char buf[320];
-  const std::string eps = std::isfinite(r.epsilon) ? std::to_string(r.epsilon).substr(0, 6) : "inf";
+  // Six characters for the usual epsilons ("2.9997"); five significant digits from 1000 up, where
+  // cutting the digits would misstate the magnitude (1e10 read as "100005").
+  std::string eps = "inf";
+  if (std::isfinite(r.epsilon) && r.epsilon < 1000) {
+    eps = std::to_string(r.epsilon).substr(0, 6);
+  } else if (std::isfinite(r.epsilon)) {
+    char big[32];
+    std::snprintf(big, sizeof big, "%.5g", r.epsilon);
+    eps = big;
+  }
   std::snprintf(buf, sizeof buf,
                 "epoch %3d/%d  loss %.4f  train acc %.2f%%  %s acc %.2f%%  eps %s  %s",
                 r.epoch, total_epochs, r.loss, 100 * r.train_accuracy,

@@ -277,6 +277,47 @@ TEST_CASE("bounded grids: a coarser interval stays an upper bound, and is report
   CHECK(coarse.value < fine + 0.05);
 }
 
+TEST_CASE("almost no noise: the estimates stay ordered up to where a double holds the loss") {
+  // Tiny sigmas coarsen the grid past h = 709.78, where e^h overflows: the pessimistic PMF must
+  // still hold its mass (it once gave NaN there, which epsilon_of read as epsilon 0).
+  // Each takes about a second (the grid is max_points wide): a few, spread over the range.
+  const std::vector<dp::PoissonGaussian> runs = {
+      {0.01, 3e-5, 10}, {1.0, 3e-5, 1}, {0.5, 1e-20, 10}, {0.01, 1e-150, 1}};
+  for (const dp::PoissonGaussian& run : runs) {
+    const double q = run.q, sigma = run.sigma;
+    const long long steps = run.steps;
+    CAPTURE(sigma);
+    CAPTURE(q);
+    CAPTURE(steps);
+    const dp::PldResult pess = dp::pld_epsilon({&run, 1}, 1e-5, PldEstimate::pessimistic);
+    const double opt = pld_eps(q, sigma, steps, 1e-5, PldEstimate::optimistic);
+    const double rdp = rdp_eps(q, sigma, steps, 1e-5);
+    CAPTURE(pess.value);
+    CAPTURE(pess.interval);
+    CAPTURE(opt);
+    CAPTURE(rdp);
+    CHECK(pess.interval > 709.79);  // past e^h's overflow
+    CHECK(std::isfinite(pess.value));
+    CHECK(opt <= pess.value);
+    CHECK(pess.value <= rdp);
+    // Without subsampling one step of the Gaussian mechanism loses about 1 / (2 sigma^2).
+    CHECK(pess.value >= 0.5 / (sigma * sigma));
+    const double eps = 0.25 / (sigma * sigma);
+    CHECK(dp::pld_delta({&run, 1}, eps, PldEstimate::pessimistic).value >=
+          dp::pld_delta({&run, 1}, eps, PldEstimate::optimistic).value);
+  }
+  // Below about 1e-154 sigma^2 underflows and the loss is no longer a double: no privacy at all.
+  for (double sigma : {1e-160, 1e-300}) {
+    CAPTURE(sigma);
+    const dp::PoissonGaussian run{0.5, sigma, 10};
+    CHECK(pld_eps(0.5, sigma, 10, 1e-5, PldEstimate::pessimistic) ==
+          std::numeric_limits<double>::infinity());
+    CHECK(pld_eps(0.5, sigma, 10, 1e-5, PldEstimate::optimistic) ==
+          std::numeric_limits<double>::infinity());
+    CHECK(dp::pld_delta({&run, 1}, 1e6, PldEstimate::pessimistic).value == 1.0);
+  }
+}
+
 TEST_CASE("PLD calibration: the default recipe needs sigma 2.46 where RDP needs 2.63") {
   const double q = 4096.0 / 60000;
   const long long steps = dp::steps_for_epochs(40, q);

@@ -2,6 +2,9 @@
 // short to time says so instead of "0 samples/s".
 #include <doctest/doctest.h>
 
+#include <limits>
+#include <string>
+
 #include "runtime/train/report.h"
 
 using namespace dpg::train;
@@ -68,4 +71,20 @@ TEST_CASE("report: a run too short to time says so; its throughput is null, neve
   dpg::TrainConfig c;
   dpg::dp::PrivacyPlan plan;
   CHECK(s.to_json(c, plan)["samples_per_second"].is_null());
+}
+
+TEST_CASE("report: the epoch line's epsilon keeps its magnitude") {
+  EpochReport r;
+  r.epoch = 1;
+  auto eps_of = [&](double e) {
+    r.epsilon = e;
+    const std::string line = progress_line(r, 1);
+    const std::size_t at = line.find("eps ") + 4;
+    return line.substr(at, line.find(' ', at) - at);
+  };
+  CHECK(eps_of(2.9997513) == "2.9997");
+  CHECK(eps_of(999.123) == "999.12");
+  CHECK(eps_of(1234.56) == "1234.6");
+  CHECK(eps_of(10000562913.0) == "1.0001e+10");
+  CHECK(eps_of(std::numeric_limits<double>::infinity()) == "inf");
 }
