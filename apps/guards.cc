@@ -1,10 +1,14 @@
 #include "apps/guards.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <system_error>
 
@@ -23,7 +27,7 @@ std::string& activity_text() {
 void set_activity(std::string what) { activity_text() = std::move(what); }
 const std::string& activity() { return activity_text(); }
 
-void check_output_path(const std::string& path, const std::string& flag) {
+void check_output_path(const std::string& path, const std::string& flag, OutputKind kind) {
   if (path.empty()) return;
   namespace fs = std::filesystem;
   const fs::path p(path);
@@ -48,16 +52,44 @@ void check_output_path(const std::string& path, const std::string& flag) {
   if (fs::exists(p, ec) && ::access(p.c_str(), W_OK) != 0) {
     fail(Code::failed_precondition, flag + " " + path + " is not writable");
   }
+  if (kind == OutputKind::replaced && fs::exists(p, ec) && !fs::is_regular_file(p, ec)) {
+    fail(Code::failed_precondition,
+         flag + " " + path + " is not a regular file (a device, FIFO or socket): this output is "
+                             "written to a new file and renamed into place, so name a file");
+  }
 }
 
 void append_checked(const std::string& path, const std::string& text, const std::string& what) {
-  std::ofstream out(path, std::ios::app | std::ios::binary);
-  if (!out) fail(Code::failed_precondition, what + ": cannot append to " + path);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  out.flush();
-  if (!out) fail(Code::failed_precondition, what + ": write to " + path + " failed (disk full?)");
-  out.close();
-  if (!out) fail(Code::failed_precondition, what + ": closing " + path + " failed (disk full?)");
+  // Opened without blocking, so that a FIFO nobody reads is an error (ENXIO) rather than a wait
+  // without end; the writes below block as usual.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0666);
+  if (fd < 0) {
+    fail(Code::failed_precondition,
+         what + ": cannot append to " + path + ": " +
+             (errno == ENXIO ? std::string("a FIFO that no process reads") : std::strerror(errno)));
+  }
+  ::fcntl(fd, F_SETFL, O_WRONLY | O_APPEND);
+  struct stat st{};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  int err = 0;
+  for (std::size_t done = 0; done < text.size() && err == 0;) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) err = errno;
+    else done += static_cast<std::size_t>(n);
+  }
+  if (err != 0 && regular) {
+    // This process is the file's one writer (rank 0), so its length before is where the torn
+    // line starts.
+    while (::ftruncate(fd, st.st_size) != 0 && errno == EINTR) {
+    }
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    fail(Code::failed_precondition,
+         what + ": write to " + path + " failed: " + std::strerror(err) +
+             (regular ? " (the file is as it was before this line)" : ""));
+  }
 }
 
 std::uint64_t estimate_train_bytes(const TrainConfig& c, std::uint64_t features, std::uint64_t classes,
@@ -91,7 +123,7 @@ namespace dpg::app {
 
 void check_train_outputs(const TrainConfig& c) {
   check_output_path(c.metrics, "--metrics");
-  check_output_path(c.trace, "--trace");
+  check_output_path(c.trace, "--trace", OutputKind::replaced);
 }
 
 void require_train_memory(const TrainConfig& c, const data::Prepared& d, int world) {

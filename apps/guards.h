@@ -16,12 +16,19 @@ namespace dpg::app {
 void set_activity(std::string what);
 const std::string& activity();
 
-// Fails (failed_precondition, naming `flag` and the path) unless `path` can be created or
-// appended to: its folder is created when missing and must be a writable folder. "" passes.
-void check_output_path(const std::string& path, const std::string& flag);
+// How an output reaches its path: appended to it (metrics), or written whole to a new file that
+// is renamed into place (write_file_atomic: a trace), which a device or a FIFO cannot take.
+enum class OutputKind { appended, replaced };
 
-// Appends `text` to `path` and flushes; any failure (full disk, a path that cannot be opened)
-// throws failed_precondition naming `what` and the path.
+// Fails (failed_precondition, naming `flag` and the path) unless `path` can be created or
+// appended to: its folder is created when missing and must be a writable folder; a replaced
+// output must not name a device, FIFO or socket. "" passes.
+void check_output_path(const std::string& path, const std::string& flag,
+                       OutputKind kind = OutputKind::appended);
+
+// Appends `text` to `path`; any failure (full disk, a file size limit, a path that cannot be
+// opened) throws failed_precondition naming `what` and the path, and a regular file is cut back
+// to its length before, so that no torn line is left for the next append to run into.
 void append_checked(const std::string& path, const std::string& text, const std::string& what);
 
 // The bytes a training process of this configuration needs, roughly: the model's parameters and

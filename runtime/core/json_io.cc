@@ -1,6 +1,7 @@
 #include "runtime/core/json_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,9 +22,33 @@
 namespace dpg {
 
 Json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(Code::not_found, path + ": cannot open file");
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    fail(Code::invalid_argument, path + ": is a folder, not a JSON file");
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(Code::not_found, path + ": cannot open file: " + std::strerror(errno));
+  // Read in pieces up to the bound, so that a pipe or a device without end (/dev/zero) costs at
+  // most kMaxJsonFileBytes, not all the memory there is.
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      fail(Code::invalid_argument, path + ": read failed: " + std::strerror(err));
+    }
+    if (n == 0) break;
+    if (text.size() + static_cast<std::size_t>(n) > kMaxJsonFileBytes) {
+      ::close(fd);
+      fail(Code::invalid_argument, path + ": longer than " + bytes_text(kMaxJsonFileBytes) +
+                                       ", the most a JSON input may weigh");
+    }
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
   return parse_json_text(text, path);
 }
 
@@ -90,6 +115,15 @@ int fsync_retry(int fd) {
 
 void write_file_atomic(const std::string& path, std::string_view bytes,
                        const AtomicWriteOptions& options) {
+  // The rename would put a regular file in the place of a device, a FIFO or a socket (as root,
+  // /dev/null or /dev/full for everyone), and report success for bytes nobody reads.
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    fail(Code::failed_precondition,
+         path + (S_ISDIR(st.st_mode) ? ": is a folder" : ": is not a regular file (a device, FIFO "
+                                                         "or socket)") +
+             "; outputs are written to a new file and renamed into place, so name a file");
+  }
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
                         static_cast<mode_t>(options.mode));

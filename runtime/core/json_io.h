@@ -2,6 +2,7 @@
 // atomically (temporary name, then rename) so that a failure never leaves half a file behind.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -12,7 +13,13 @@ namespace dpg {
 
 using Json = nlohmann::json;
 
-// Parses a JSON file; throws Error(not_found / invalid_argument) naming the file on failure.
+// The most a JSON input (config, hosts file, graph, manifest, ledger) may weigh: far above any
+// real one (a hosts file of 65,536 peers is a few MiB), and a bound on what reading a pipe or a
+// device costs.
+inline constexpr std::size_t kMaxJsonFileBytes = std::size_t{256} << 20;
+
+// Parses a JSON file; throws Error(not_found / invalid_argument) naming the file on failure: a
+// missing or unreadable file, a folder, more than kMaxJsonFileBytes, bad JSON.
 Json read_json_file(const std::string& path);
 // Parses JSON text with the same checks as read_json_file (which reads the file and calls this):
 // errors (invalid_argument) start with `where`; the same key twice in one object is refused.
@@ -32,7 +39,8 @@ struct AtomicWriteOptions {
 
 // Writes bytes to `path` through a temporary file in the same folder ("PATH.tmp.PID") and a
 // rename. Any failure (cannot create, short write, disk full, fsync, rename) throws
-// failed_precondition naming the path, and removes the temporary file.
+// failed_precondition naming the path, and removes the temporary file; so does a path that
+// names something other than a regular file (a folder, a device, a FIFO), which stays as it is.
 void write_file_atomic(const std::string& path, std::string_view bytes,
                        const AtomicWriteOptions& options = {});
 

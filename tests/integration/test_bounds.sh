@@ -91,6 +91,23 @@ err=$("$exe" "${plain[@]}" --epochs 1 --batch-size 20 --hidden 8 --metrics "$wor
 grep -qF -- "--metrics $work/a-file/m.jsonl" <<<"$err" || fail "metrics under a file: $err"
 ! grep -q "epoch " <<<"$err" || fail "metrics under a file: training ran first: $err"
 
+# A write cut short by a file size limit leaves the metrics file as it was, every line whole, so
+# that the next run's lines and the plot scripts still read it.
+# (Its messages go through a pipe: the limit would cut a file of them short too.)
+err=$(trap '' XFSZ; ulimit -f 1; "$exe" "${plain[@]}" --epochs 3 --batch-size 20 --hidden 8 \
+  --metrics "$work/limited.jsonl" 2>&1 >/dev/null) && fail "a metrics write past the file size limit exits 0"
+grep -qF "the file is as it was before this line" <<<"$err" || fail "the failed metrics write: $err"
+[[ -s $work/limited.jsonl && $(tail -c 1 "$work/limited.jsonl" | od -An -c | tr -d ' ') == '\n' ]] ||
+  fail "a torn metrics line was left: $(tail -c 80 "$work/limited.jsonl")"
+py 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$work/limited.jsonl" ||
+  fail "the metrics file after a failed write does not parse"
+# An output renamed into place never replaces a FIFO (or a device): refused before training.
+mkfifo "$work/fifo"
+expect_quick_error "--trace $work/fifo is not a regular file" "$exe" "${run[@]}" --trace "$work/fifo"
+[[ -p $work/fifo ]] || fail "the FIFO given as --trace was replaced"
+expect_quick_error "metrics: cannot append to $work/fifo: a FIFO that no process reads" \
+  "$exe" "${plain[@]}" --epochs 1 --batch-size 20 --hidden 8 --metrics "$work/fifo"
+
 # ---- The launcher: the --peers cap for hosts files, and a memory check before starting -------
 py '
 import json, sys

@@ -2,6 +2,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "runtime/core/error.h"
 #include "runtime/core/json_io.h"
@@ -93,4 +97,46 @@ TEST_CASE("json_io: a number too large for a double is invalid_argument naming t
   { std::ofstream(path) << "{\"lr\": 1e400}"; }
   CHECK_THROWS_AS(dpg::read_json_file(path), dpg::Error);
   fs::remove_all(dir);
+}
+
+TEST_CASE("json_io: a device or FIFO is never replaced by an output, and stays as it was") {
+  const fs::path dir = fs::temp_directory_path() / ("dpg_test_special_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string fifo = (dir / "fifo").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  try {
+    dpg::write_file_atomic(fifo, "x");
+    FAIL("expected an error");
+  } catch (const dpg::Error& e) {
+    CHECK(e.code() == dpg::Code::failed_precondition);
+    CHECK(std::string(e.what()).find(fifo + ": is not a regular file") != std::string::npos);
+  }
+  CHECK(fs::is_fifo(fifo));
+  const std::string folder = (dir / "folder").string();
+  fs::create_directories(folder);
+  CHECK_THROWS_AS(dpg::write_file_atomic(folder, "x"), dpg::Error);
+  CHECK(fs::is_directory(folder));
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir)) { (void)e; ++entries; }
+  CHECK(entries == 2);  // no temporary left beside them
+  fs::remove_all(dir);
+}
+
+TEST_CASE("json_io: a folder, or an input without end, is an error naming the file") {
+  const std::string folder = fs::temp_directory_path().string();
+  try {
+    dpg::read_json_file(folder);
+    FAIL("expected an error");
+  } catch (const dpg::Error& e) {
+    CHECK(e.code() == dpg::Code::invalid_argument);
+    CHECK(std::string(e.what()) == folder + ": is a folder, not a JSON file");
+  }
+  // /dev/zero never ends: read up to the bound, then refused.
+  try {
+    dpg::read_json_file("/dev/zero");
+    FAIL("expected an error");
+  } catch (const dpg::Error& e) {
+    CHECK(std::string(e.what()).find("/dev/zero: longer than") != std::string::npos);
+  }
 }
