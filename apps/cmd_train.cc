@@ -292,7 +292,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   trainer.set_stop_flag(&g_stop_requested);
   if (peers.world() > 1) trainer.set_host_ids(host_ids(peers.hosts));
   const bool reporter = peers.rank == 0;
-  const int epochs = static_cast<int>(std::ceil(c.epochs - 1e-9));
+  const int epochs = epoch_count(c);
   const std::string run = c.run_name.empty() ? default_run_name(c, peers.world()) : c.run_name;
   auto metrics_line = [&](Json line, const char* kind) {
     line["run"] = run;

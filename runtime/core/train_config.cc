@@ -442,6 +442,10 @@ std::vector<ConfigField> make_table() {
 
 }  // namespace
 
+int epoch_count(const TrainConfig& c) {
+  return std::max(1, static_cast<int>(std::ceil(c.epochs - 1e-9)));
+}
+
 const std::vector<ConfigField>& config_fields() {
   static const std::vector<ConfigField> table = make_table();
   return table;

@@ -260,6 +260,11 @@ struct DeviceChoice {
 };
 DeviceChoice parse_device(const std::string& device);
 
+// The epochs a run reports: `epochs` rounded up (the last one may be partial), at least 1, since
+// every run takes at least one step and its last epoch ends at the last step. A hair over an
+// integer (40.0000000001 from arithmetic) does not make an epoch of its own.
+int epoch_count(const TrainConfig& c);
+
 // Reads a config object; errors name `where` and the JSON path ("cfg.json: /lr: ...").
 TrainConfig train_config_from_json(const Json& j, const std::string& where);
 Json to_json(const TrainConfig& c);

@@ -409,7 +409,7 @@ EpochReport Trainer::evaluate_epoch(RunState& s, int epoch, long long t,
 
 long long Trainer::epoch_end(int epoch) const {
   // The last epoch ends at the plan's step count, whatever the rounding of epoch / q.
-  const int epochs = static_cast<int>(std::ceil(config_.epochs - 1e-9));
+  const int epochs = epoch_count(config_);
   if (epoch <= 0) return 0;
   if (epoch >= epochs) return plan_.steps;
   return std::min<long long>(plan_.steps,
@@ -488,7 +488,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     DPG_INFO("train: rank " << rank() << ": the model and its updates stay on the device");
   }
   const bool differ = s.algorithm->replicas_differ() && comm_ != nullptr;
-  const int epochs = static_cast<int>(std::ceil(c.epochs - 1e-9));
+  const int epochs = epoch_count(c);
   s.start = Clock::now() - std::chrono::duration_cast<Clock::duration>(
                                std::chrono::duration<double>(p.wall_seconds));
   double metrics_seconds = 0;

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
@@ -144,6 +145,33 @@ TEST_CASE("trainer: DP-SGD learns separable blobs and accounts every step") {
   CHECK(rdp.epsilon == doctest::Approx(dpg::dp::epsilon_for(0.05, 0.8, 20, 1e-5,
                                                             dpg::dp::AccountantKind::rdp)
                                            .epsilon));
+}
+
+TEST_CASE("trainer: a fraction of an epoch is one epoch of at least one step, reported") {
+  dpg::TrainConfig c = small_config();
+  for (double epochs : {1e-9, 0.3, 2.5, 3.0, 3.0000000001}) {
+    c.epochs = epochs;
+    CAPTURE(epochs);
+    CHECK(dpg::epoch_count(c) == std::max(1, static_cast<int>(std::ceil(epochs - 1e-9))));
+  }
+  c.epochs = 1e-9;
+  CHECK(dpg::epoch_count(c) == 1);
+  dpg::data::Prepared data{blobs(1000, 1), blobs(200, 2), {}};
+  dpg::train::Trainer trainer(c, data);
+  CHECK(trainer.total_steps() == 1);
+  int reports = 0;
+  long long last_step = -1;
+  const auto s = trainer.run([&](const dpg::train::EpochReport& r) {
+    ++reports;
+    last_step = r.step;
+    CHECK(r.epsilon > 0);
+  });
+  // The one step ran, was evaluated and accounted: no summary of a run that did nothing.
+  CHECK(reports == 1);
+  CHECK(last_step == 1);
+  CHECK(s.steps == 1);
+  CHECK(s.epsilon > 0);
+  CHECK(s.test_accuracy > 0);
 }
 
 TEST_CASE("trainer: without a noise seed the noise is secret: two runs differ") {
