@@ -80,8 +80,10 @@ Json ConsensusReport::to_json() const {
 }
 
 Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) const {
-  Json j = {{"test_accuracy", test_accuracy},
-            {"test_accuracy_last_iterate", test_accuracy_last_iterate},
+  const bool stopped = stopped_at >= 0;
+  Json j = {{"test_accuracy", !stopped || evaluated ? Json(test_accuracy) : Json(nullptr)},
+            {"test_accuracy_last_iterate",
+             stopped ? Json(nullptr) : Json(test_accuracy_last_iterate)},
             {"epsilon", finite_or_null(epsilon)},
             {"message_epsilon", finite_or_null(message_epsilon)},
             {"peers", peers},
@@ -97,7 +99,7 @@ Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) co
             {"sample_rate", plan.q},
             {"sampling", to_string(c.sampling)},
             {"epochs", c.epochs},
-            {"steps", steps},
+            {"steps", stopped ? stopped_at : steps},
             {"samples_per_second", timed_or_null(samples_per_second)},
             {"wall_s", wall_s},
             {"topology", to_string(c.algo)},
@@ -116,7 +118,10 @@ Json TrainSummary::to_json(const TrainConfig& c, const dp::PrivacyPlan& plan) co
     j["resumed_from_step"] = resumed_from;
     j["replay_charged_steps"] = replay_charged_steps;
   }
-  if (stopped_at >= 0) j["stopped_at_step"] = stopped_at;
+  if (stopped) {
+    j["stopped_at_step"] = stopped_at;
+    j["planned_steps"] = steps;
+  }
   if (!peer_test_accuracy.empty()) j["peer_test_accuracy"] = peer_test_accuracy;
   merge(j, extra);
   name_split(j, to_string(c.eval_split));

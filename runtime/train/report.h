@@ -81,7 +81,10 @@ struct TrainSummary {
   long long resumed_from = -1;
   long long stopped_at = -1;
   long long replay_charged_steps = 0;
+  bool evaluated = false;  // an epoch was evaluated (a run stopped in its first epoch had none)
   Json extra = Json::object();   // the algorithm's own fields
+  // A stopped run reports what ran: `steps` taken (the plan's in `planned_steps`), the last
+  // evaluated epoch's accuracy (null if none was), and no last-iterate accuracy (none is taken).
   Json to_json(const TrainConfig& config, const dp::PrivacyPlan& plan) const;
 };
 

@@ -551,6 +551,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     r.skipped_batches = p.skipped - p.epoch_skipped_before;
     if (tracer_ && std::isfinite(r.epsilon)) tracer_->counter("epsilon", r.epsilon);
     on_epoch(r);
+    summary.evaluated = true;
     summary.test_accuracy = r.test_accuracy;
     summary.peer_test_accuracy = r.peer_test_accuracy;
     p.loss_sum = 0;

@@ -88,3 +88,34 @@ TEST_CASE("report: the epoch line's epsilon keeps its magnitude") {
   CHECK(eps_of(10000562913.0) == "1.0001e+10");
   CHECK(eps_of(std::numeric_limits<double>::infinity()) == "inf");
 }
+
+TEST_CASE("report: a stopped run's summary says what ran, and nothing that did not") {
+  dpg::TrainConfig c;
+  dpg::dp::PrivacyPlan plan;
+  TrainSummary s;
+  s.steps = 100;
+  s.test_accuracy = 0.8;
+  s.test_accuracy_last_iterate = 0.79;
+  const dpg::Json done = s.to_json(c, plan);
+  CHECK(done["steps"] == 100);
+  CHECK(done["test_accuracy"] == 0.8);
+  CHECK(done["test_accuracy_last_iterate"] == 0.79);
+  CHECK_FALSE(done.contains("planned_steps"));
+  CHECK_FALSE(done.contains("stopped_at_step"));
+  // Stopped at step 30 in its first epoch: nothing was evaluated.
+  s.stopped_at = 30;
+  s.test_accuracy = 0;
+  s.test_accuracy_last_iterate = 0;
+  const dpg::Json early = s.to_json(c, plan);
+  CHECK(early["steps"] == 30);
+  CHECK(early["planned_steps"] == 100);
+  CHECK(early["stopped_at_step"] == 30);
+  CHECK(early["test_accuracy"].is_null());
+  CHECK(early["test_accuracy_last_iterate"].is_null());
+  // Stopped after an evaluated epoch: that epoch's accuracy, still no last iterate.
+  s.evaluated = true;
+  s.test_accuracy = 0.6;
+  const dpg::Json later = s.to_json(c, plan);
+  CHECK(later["test_accuracy"] == 0.6);
+  CHECK(later["test_accuracy_last_iterate"].is_null());
+}
