@@ -277,8 +277,11 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   DPG_INFO("train: " << describe(c));
   const train::AlgoInfo& algo = train::algo_info(c.algo);
   std::vector<train::GossipPhase> phases;
+  const std::string hosts_file = peers.hosts.source.empty() ? "hosts file" : peers.hosts.source;
   if (algo.uses_graph && peers.world() > 1) {
-    phases = gossip_phases(c, peers.world(), peers.hosts.topology);
+    phases = gossip_phases(c, peers.world(), peers.hosts.topology, hosts_file);
+  } else if (algo.uses_graph) {
+    check_gossip_graphs(c, peers.hosts.topology, hosts_file);
   }
   // The timeline: this peer's part file from now on, its messages seen through a tracing
   // transport (off, nothing wraps and nothing is recorded).

@@ -79,6 +79,16 @@ expect_quick_error "--steps must be in [1, 1e15]" \
 printf '{"epochs": 1, "hidden": [8], "epochs": 2}\n' >"$work/dup.json"
 expect_quick_error 'dup.json: the key "epochs" appears twice' "$exe" train --config "$work/dup.json"
 
+# A run of one peer gossips with nobody, yet its graphs are checked as a run with peers checks
+# them: a typo shows on the first try.
+expect_quick_error '/topology: unknown topology "nosuch"' "$exe" "${run[@]}" --algo gossip --topology nosuch
+expect_quick_error "$work/none.json: cannot open file" "$exe" "${run[@]}" --algo gossip --topology "$work/none.json"
+expect_quick_error '/topology_schedule: entry 0 "epoch:1=nosuch": unknown topology' \
+  "$exe" "${run[@]}" --algo gossip --topology-schedule epoch:1=nosuch
+printf '{"peers": [{"rank": 0, "host": "127.0.0.1", "port": 29500}], "topology": 5}\n' >"$work/topnum.json"
+expect_quick_error "$work/topnum.json: topology: expected a JSON object" \
+  "$exe" "${run[@]}" --algo gossip --topology hosts --hosts "$work/topnum.json" --rank 0
+
 # ---- Writes: every failed write is a non-zero exit naming the path ---------------------------
 expect_quick_error "metrics: write to /dev/full failed" "$exe" "${plain[@]}" --epochs 1 --batch-size 20 --hidden 8 --metrics /dev/full
 rc=0
