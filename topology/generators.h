@@ -14,6 +14,8 @@ namespace dpg::topology {
 
 // W is n x n doubles: past this the matrix alone passes 128 MiB and LAPACK takes minutes.
 inline constexpr int kMaxPeers = 4096;
+// A period's matrices together, in entries (2 GiB of doubles): sixteen rounds of kMaxPeers.
+inline constexpr std::uint64_t kMaxPeriodEntries = std::uint64_t{1} << 28;
 
 struct GraphSpec {
   // ring | torus | hypercube | exponential | symmetric-exponential | one-peer-exponential |

@@ -197,6 +197,27 @@ std::vector<Topology> from_json(const Json& j, const std::string& where,
   const Json& rounds = j.at("rounds");
   if (!rounds.is_array() || rounds.empty())
     (root / "rounds").fail("expected a non-empty array of graphs");
+  // Each round becomes a dense n x n matrix: a few bytes of JSON per round ({"peers": 4096,
+  // "edges": [[0, 1]]}) would otherwise ask for 128 MiB each. The period's matrices together
+  // stay within kMaxPeriodEntries (2 GiB), checked from the rounds' peer counts before any is
+  // built; one-peer-exponential's 12 rounds of 4096 peers fit.
+  std::uint64_t largest = 0;
+  for (const Json& g : rounds) {
+    if (!g.is_object()) continue;  // one_graph says what is wrong with it
+    const Json* n = g.contains("peers") ? &g.at("peers") : nullptr;
+    if (n && n->is_number_integer() && n->get<long long>() > 0)
+      largest = std::max<std::uint64_t>(largest, n->get<long long>());
+    if (g.contains("matrix") && g.at("matrix").is_array())
+      largest = std::max<std::uint64_t>(largest, g.at("matrix").size());
+  }
+  largest = std::min<std::uint64_t>(largest, kMaxPeers);
+  if (rounds.size() * largest * largest > kMaxPeriodEntries)
+    (root / "rounds")
+        .fail(std::to_string(rounds.size()) + " rounds of " + std::to_string(largest) +
+              " peers would take " + std::to_string(rounds.size() * largest * largest / 131072) +
+              " MiB of mixing matrices; at most " + std::to_string(kMaxPeriodEntries / 131072) +
+              " MiB (" + std::to_string(kMaxPeriodEntries / (largest * largest)) +
+              " rounds of this size)");
   std::vector<Topology> period;
   for (std::size_t t = 0; t < rounds.size(); ++t) {
     const Place at = root / "rounds" / t;

@@ -212,6 +212,14 @@ TEST_CASE("from_json rounds: each round may be disconnected, their union may not
   Json rounds = {{"rounds", {two_rings(), two_rings()}}};
   const std::string m = error_of([&] { topo::from_json(rounds, "s.json:"); });
   CHECK(has(m, "s.json: /rounds: disconnected over the whole period"));
+
+  // A few bytes per round must not ask for a dense 4096 x 4096 matrix each: 17 rounds of
+  // kMaxPeers pass the period's bound and are refused before any is built.
+  Json many = {{"rounds", Json::array()}};
+  for (int t = 0; t < 17; ++t) many["rounds"].push_back({{"peers", 4096}, {"edges", {{t, t + 1}}}});
+  const std::string big = error_of([&] { topo::from_json(many, "m.json:"); });
+  CHECK(has(big, "m.json: /rounds: 17 rounds of 4096 peers would take 2176 MiB"));
+  CHECK(has(big, "at most 2048 MiB (16 rounds of this size)"));
 }
 
 TEST_CASE("Schedule: phases, at, peers_of") {
