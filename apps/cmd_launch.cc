@@ -76,6 +76,9 @@ void validate(const LaunchFlags& f) {
                                      std::to_string(f.peers));
   if (!(std::isfinite(f.grace_s) && f.grace_s >= 0 && f.grace_s <= 3600))
     fail(Code::invalid_argument, "launch: --grace-s must be in [0, 3600]");
+  // CLI11's range check lets NaN through (every comparison with it is false).
+  if (!(f.peer_memory_mb >= 0 && f.peer_memory_mb <= 1048576))
+    fail(Code::invalid_argument, "launch: --peer-memory-mb must be in [0, 1048576]");
   if (f.command.empty())
     fail(Code::invalid_argument,
          "launch: no command after --; e.g. dpgossip launch --peers 4 -- train --epochs 1");

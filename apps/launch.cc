@@ -11,6 +11,7 @@
 #include "apps/process/output.h"
 #include "apps/process/process.h"
 #include "apps/process/signals.h"
+#include "runtime/core/bounds.h"
 #include "runtime/core/error.h"
 
 namespace dpg::app {
@@ -274,10 +275,14 @@ std::vector<Child> local_children(const net::HostsFile& hosts, const std::string
     has_hosts = has_hosts || a == "--hosts" || a.rfind("--hosts=", 0) == 0;
   }
   std::vector<Child> children;
+  // The first few remote hosts, for the message when none is local; all 65536 would make a
+  // line of a megabyte.
+  constexpr int kHostsNamed = 8;
   std::string remote;
+  int remotes = 0;
   for (const net::PeerAddress& p : hosts.peers) {
     if (!net::is_local_host(p.host)) {
-      remote += (remote.empty() ? "" : ", ") + p.host;
+      if (remotes++ < kHostsNamed) remote += (remote.empty() ? "" : ", ") + shorten(p.host);
       continue;
     }
     Child c;
@@ -291,6 +296,8 @@ std::vector<Child> local_children(const net::HostsFile& hosts, const std::string
   if (children.empty())
     fail(Code::invalid_argument,
          hosts_path + ": no peer is on this machine (hosts " + remote +
+             (remotes > kHostsNamed ? " and " + std::to_string(remotes - kHostsNamed) + " more"
+                                    : std::string()) +
              "); run dpgossip launch on each host, or start the peers with mpirun or srun");
   return children;
 }

@@ -259,7 +259,11 @@ void run_step_bench(const StepBenchOptions& o) {
   if (o.batch < 1) fail(Code::invalid_argument, "--batch: must be at least 1");
   if (o.repeats < 1) fail(Code::invalid_argument, "--repeats: must be at least 1");
   if (o.rounds < 1) fail(Code::invalid_argument, "--rounds: must be at least 1");
-  if (!(o.seconds > 0)) fail(Code::invalid_argument, "--seconds: must be positive");
+  if (!(o.seconds > 0 && o.seconds <= 3600)) {
+    std::ostringstream got;
+    got << o.seconds;
+    fail(Code::invalid_argument, "--seconds: must be in (0, 3600], got " + got.str());
+  }
   if (o.baseline != "" && o.baseline != "torch") {
     fail(Code::invalid_argument, "--baseline: expected torch, got \"" + o.baseline + "\"");
   }

@@ -309,6 +309,10 @@ class PeerBench {
 // One peer: times every size and, on rank 0, reports the rows.
 void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& sizes) {
   const net::HostsFile hosts = net::load_hosts(o.hosts);
+  if (hosts.world() < 2) {
+    fail(Code::invalid_argument, o.hosts + ": an all-reduce needs at least 2 peers, the file has " +
+                                     std::to_string(hosts.world()));
+  }
   const int rank = net::resolve_rank(o.rank, hosts.world());
   // The rows are the output: a peer reports only warnings and errors.
   if (log::level() > log::Level::warn) log::set_level(log::Level::warn);
@@ -408,6 +412,12 @@ std::vector<long long> checked_sizes(AllreduceBenchOptions& o) {
   if (o.secure_aggregation && o.tls) {
     fail(Code::invalid_argument, "--secure-aggregation: not with --tls (compare one at a time)");
   }
+  // Before --emulated-hosts, whose range is given by --peers. One peer moves nothing: its
+  // "all-reduce" takes no time and its bandwidth would be made up.
+  if (o.hosts.empty() && (o.peers < 2 || o.peers > 1024)) {
+    fail(Code::invalid_argument,
+         "--peers: must be in [2, 1024] (local processes), got " + std::to_string(o.peers));
+  }
   if (o.hosts.empty() && (o.emulated_hosts < 1 || o.emulated_hosts > std::min(o.peers, 254))) {
     fail(Code::invalid_argument, "--emulated-hosts: must be in [1, min(--peers, 254)], got " +
                                      std::to_string(o.emulated_hosts));
@@ -424,10 +434,6 @@ std::vector<long long> checked_sizes(AllreduceBenchOptions& o) {
   if (!(o.timeout_s > 0 && o.timeout_s <= 1e6)) {
     fail(Code::invalid_argument, "--timeout-s: must be in (0, 1000000], got " +
                                      std::to_string(o.timeout_s));
-  }
-  if (o.hosts.empty() && o.peers > 1024) {
-    fail(Code::invalid_argument,
-         "--peers: must be in [1, 1024] (local processes), got " + std::to_string(o.peers));
   }
   mode_of(o);
   return sizes;
@@ -485,7 +491,6 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
   bench_report::Runs runs;
   runs.sizes = checked_sizes(o);
   if (!o.hosts.empty()) return run_peer(o, runs.sizes);
-  if (o.peers < 1) fail(Code::invalid_argument, "--peers: must be at least 1");
   runs.peers = o.peers;
   runs.baselines = parse_baselines(o.baseline);
   runs.tls = o.tls;

@@ -56,6 +56,13 @@ Prepared load_prepared(const std::string& dir, int rank, int world) {
   Prepared p;
   p.manifest = read_json_file(path);
   const JsonReader m(p.manifest, path + ":");
+  // The layout this code reads; a folder of another layout would be read as garbage.
+  const long long version = m.integer("dpgossip_data_version");
+  if (version != kDataVersion) {
+    m.fail_at("dpgossip_data_version",
+              "layout version " + std::to_string(version) + ", this dpgossip reads version " +
+                  std::to_string(kDataVersion) + " (run dpgossip prepare again)");
+  }
   const long long peers = m.integer("peers");
   if (world < 1) fail(Code::invalid_argument, "world must be >= 1, got " + std::to_string(world));
   if (peers != world) {

@@ -30,8 +30,12 @@ struct Prepared {
   Dataset validation = {};
 };
 
+// The layout of a prepared folder, as its manifest's "dpgossip_data_version" says (docs/DATA.md).
+inline constexpr long long kDataVersion = 1;
+
 // Loads shard `rank` of a folder written by prepare(), plus the (shared) test split. Verifies the
-// checksums and that the manifest holds exactly `world` shards; errors name the file.
+// layout version, the checksums and that the manifest holds exactly `world` shards; errors name
+// the file.
 Prepared load_prepared(const std::string& dir, int rank, int world);
 
 // The most shards and classes prepare() writes (docs/LIMITS.md).

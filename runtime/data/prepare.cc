@@ -233,7 +233,7 @@ void prepare(const PrepareOptions& o) {
   if (validation.rows > 0) apply_norm(stats, validation);
   const auto shards = make_partition(spec, in.train.labels, in.train.num_classes, o.peers, o.seed);
 
-  Json manifest = {{"dpgossip_data_version", 1},
+  Json manifest = {{"dpgossip_data_version", kDataVersion},
                    {"format", o.format},
                    {"sources", in.sources},
                    {"input_scale", in.input_scale},

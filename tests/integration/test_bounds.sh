@@ -76,6 +76,13 @@ grep -qF -- "/epochs" <<<"$err" || fail "the error for a long --epochs does not 
 expect_quick_error "--timeout-s: must be in (0, 1000000]" "$exe" bench allreduce --peers 2 --timeout-s 1e300
 expect_quick_error "--steps must be in [1, 1e15]" \
   "$exe" privacy --sample-rate 0.01 --noise-multiplier 1 --steps 9000000000000000000 --delta 1e-5
+expect_quick_error "--peers: must be in [2, 1024] (local processes), got 0" "$exe" bench allreduce --peers 0
+expect_quick_error "--peers: must be in [2, 1024] (local processes), got 1" "$exe" bench allreduce --peers 1
+expect_quick_error "--seconds: must be in (0, 3600], got 1e+300" "$exe" bench step --seconds 1e300
+# OpenBLAS runs at most the threads it was built for (64 in Debian's): no row claims more.
+expect_quick_error "threads: this OpenBLAS runs at most" "$exe" bench step --threads 100000 --batch 8
+expect_quick_error "--peer-memory-mb must be in [0, 1048576]" "$exe" launch --peers 2 --peer-memory-mb nan -- train
+expect_quick_error "--seed: a seed is an integer >= 0, got -1" "$exe" prepare --seed -1 --out "$work/out-seed"
 printf '{"epochs": 1, "hidden": [8], "epochs": 2}\n' >"$work/dup.json"
 expect_quick_error 'dup.json: the key "epochs" appears twice' "$exe" train --config "$work/dup.json"
 

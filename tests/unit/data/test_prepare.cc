@@ -202,6 +202,24 @@ TEST_CASE("prepare csv: per-feature normalisation from train only, constant colu
   CHECK(hidden_entries(t.path()).empty());
 }
 
+TEST_CASE("load_prepared: a folder of another layout version is refused, naming the field") {
+  TempFolder t("prep_version");
+  write_idx_set(t.path() / "idx");
+  prepare(idx_options(t, 1));
+  CHECK_NOTHROW(load_prepared(t.file("out"), 0, 1));
+  const Bytes text = read_bytes(t.file("out/manifest.json"));
+  nlohmann::json m = nlohmann::json::parse(text.begin(), text.end());
+  CHECK(m["dpgossip_data_version"] == dpg::data::kDataVersion);
+  m["dpgossip_data_version"] = 99;
+  write_text(t.file("out/manifest.json"), m.dump());
+  const std::string msg = error_of([&] { load_prepared(t.file("out"), 0, 1); });
+  CHECK(contains(msg, "manifest.json:/dpgossip_data_version: layout version 99"));
+  m.erase("dpgossip_data_version");
+  write_text(t.file("out/manifest.json"), m.dump());
+  CHECK(contains(error_of([&] { load_prepared(t.file("out"), 0, 1); }),
+                 "/dpgossip_data_version: missing"));
+}
+
 TEST_CASE("load_prepared: a corrupted or truncated shard is detected and named") {
   TempFolder t("prep_corrupt");
   write_idx_set(t.path() / "idx");
