@@ -5,9 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
-
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <system_error>
