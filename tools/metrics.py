@@ -9,17 +9,21 @@ Not a command: tools/plot_metrics.py, plot_consensus.py, plot_gap.py and sweep.p
 Every record gets its "kind" ("epoch" when missing: lines of older versions) and its "run"
 ("unnamed" when missing; when the epoch count of such lines starts again, a new run
 "unnamed-2", "unnamed-3"...), plus "_where" ("FILE:LINE") for messages. docs/TOOLS.md gives the
-line format. The plot helpers at the end (plot_main, new_figure, save_figure) are what the three
-plot scripts have in common; matplotlib is imported only when a figure is drawn.
+line format. The plot helpers at the end (plot_main, new_figure, save_figure, write_atomically)
+are what the three plot scripts and sweep.py have in common; matplotlib is imported only when a
+figure is drawn.
 """
 import argparse
 import json
 import math
 import os
 import sys
+import tempfile
 from dataclasses import dataclass, field
 
-KINDS = ("epoch", "consensus", "summary")
+# "stopped": the summary of a run a signal stopped (dpgossip train, docs/TRAINING.md); its epochs
+# are drawn, and it is no final summary.
+KINDS = ("epoch", "consensus", "summary", "stopped")
 UNNAMED = "unnamed"
 
 STRINGS = {"run", "kind", "algo", "topology"}
@@ -27,7 +31,15 @@ NUMBERS = {"epoch", "step", "round", "wall_s", "loss", "train_accuracy", "test_a
            "test_loss", "epsilon", "samples_per_second", "lr", "rho", "spectral_gap",
            "consensus_distance", "peers", "steps", "noise_multiplier"}
 NUMBER_LISTS = {"peer_test_accuracy", "peer_test_loss"}
-REQUIRED = {"epoch": ("epoch",), "consensus": ("consensus_distance",), "summary": ()}
+REQUIRED = {"epoch": ("epoch",), "consensus": ("consensus_distance",), "summary": (),
+            "stopped": ()}
+# The fields some figure puts on an axis. matplotlib's tick locators overflow on an axis that
+# reaches near the float maximum (an IndexError from MaxNLocator at 1e308; a log axis fails from
+# about 1e305; accuracies are drawn times 100), so these are bounded by DRAWABLE.
+DRAWN = {"epoch", "step", "round", "wall_s", "test_accuracy", "test_loss", "consensus_distance",
+         "spectral_gap", "peer_test_accuracy"}
+DRAWABLE = 1e300
+TITLE_MAX = 200  # characters: far longer overflows the glyph rasteriser (5000 already does)
 
 
 class MetricsError(Exception):
@@ -46,16 +58,28 @@ def is_finite(v):
     return is_number(v) and math.isfinite(v)
 
 
+def shown(value, limit=60):
+    """`value` as JSON for a message, cut to `limit` characters (a line may weigh megabytes)."""
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _too_large(v):
+    return is_finite(v) and abs(v) > DRAWABLE
+
+
 def _field_error(key, value):
     """Why `value` is not allowed under `key`, or None when it is (null is always allowed)."""
     if value is None:
         return None
     if key in STRINGS and not isinstance(value, str):
-        return f"'{key}' should be a string, got {json.dumps(value)}"
+        return f"'{key}' should be a string, got {shown(value)}"
     if key in NUMBERS and not is_number(value):
-        return f"'{key}' should be a number, got {json.dumps(value)}"
+        return f"'{key}' should be a number, got {shown(value)}"
     if key in NUMBER_LISTS and not (isinstance(value, list) and all(map(is_number, value))):
-        return f"'{key}' should be a list of numbers, got {json.dumps(value)}"
+        return f"'{key}' should be a list of numbers, got {shown(value)}"
+    if key in DRAWN and any(map(_too_large, value if isinstance(value, list) else [value])):
+        return f"'{key}' is {shown(value)}, beyond what a figure can draw (|x| <= {DRAWABLE:g})"
     return None
 
 
@@ -65,6 +89,8 @@ def parse_line(text, where):
         rec = json.loads(text.strip())
     except json.JSONDecodeError as e:
         raise MetricsError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:  # the decoder recurses per level: '[' * 100000 overflows the stack
+        raise MetricsError(f"{where}: not valid JSON (nested too deeply)") from None
     if not isinstance(rec, dict):
         raise MetricsError(f"{where}: expected a JSON object, got {type(rec).__name__}")
     for key, value in rec.items():
@@ -83,13 +109,37 @@ def parse_line(text, where):
     return rec
 
 
-def load_file(path):
+def decode(raw, where):
+    """UTF-8 bytes -> str; MetricsError naming `where` (FILE or FILE:LINE) if they are not."""
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MetricsError(f"{where}: not UTF-8 text (byte {raw[e.start]:#04x} at offset "
+                           f"{e.start})") from None
+
+
+def _read(path, by_line):
+    """The file's bytes (a list of lines when `by_line`); MetricsError naming it if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            return f.readlines() if by_line else f.read()
     except OSError as e:
         raise MetricsError(f"{path}: cannot read ({e.strerror})") from None
-    return [parse_line(text, f"{path}:{n}") for n, text in enumerate(lines, 1) if text.strip()]
+
+
+def read_text(path):
+    """The whole of a UTF-8 text file; MetricsError naming it if it cannot be read."""
+    return decode(_read(path, False), path)
+
+
+def load_file(path):
+    # Bytes, decoded line by line, so that a line that is not UTF-8 is named with its number.
+    records = []
+    for n, raw in enumerate(_read(path, True), 1):
+        text = decode(raw, f"{path}:{n}")
+        if text.strip():
+            records.append(parse_line(text, f"{path}:{n}"))
+    return records
 
 
 def split_unnamed(records):
@@ -118,10 +168,11 @@ class Run:
     epochs: list = field(default_factory=list)
     consensus: list = field(default_factory=list)
     summaries: list = field(default_factory=list)
+    stops: list = field(default_factory=list)
 
     def add(self, rec):
-        {"epoch": self.epochs, "consensus": self.consensus, "summary": self.summaries}[
-            rec["kind"]].append(rec)
+        {"epoch": self.epochs, "consensus": self.consensus, "summary": self.summaries,
+         "stopped": self.stops}[rec["kind"]].append(rec)
 
     @property
     def summary(self):
@@ -130,7 +181,7 @@ class Run:
 
     def first(self, key, default=None):
         """The first non-null `key` in any of the run's lines."""
-        for rec in self.summaries + self.epochs + self.consensus:
+        for rec in self.summaries + self.stops + self.epochs + self.consensus:
             if rec.get(key) is not None:
                 return rec[key]
         return default
@@ -198,6 +249,8 @@ def plot_main(doc, plot, argv=None):
     args = plot_arguments(doc).parse_args(argv)
     prog = os.path.basename(sys.argv[0])
     try:
+        check_title(args.title)  # before reading anything: the command line is wrong
+        check_output(args.out)
         runs = last(select(group_by_run(load(args.metrics)), args.runs), args.last)
         plot(runs, args.out, title=args.title)
     except MetricsError as e:
@@ -205,6 +258,53 @@ def plot_main(doc, plot, argv=None):
         return 1
     print(f"{prog}: wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def check_title(title):
+    if title is not None and len(title) > TITLE_MAX:
+        raise MetricsError(f"--title: at most {TITLE_MAX} characters, got {len(title)}")
+
+
+def literal(text):
+    """`text` (a title, a run id, a topology label) drawn as it is: matplotlib reads a pair of
+    '$' as math, and a run id such as "$\\foo$" would stop the drawing with a parse error."""
+    return text.replace("$", r"\$")
+
+
+def check_output(out):
+    """Refuse an `out` that exists but is not a regular file (a device, a FIFO, a folder):
+    renaming over it would replace that node, which is not ours to replace."""
+    if os.path.exists(out) and not os.path.isfile(out):
+        raise MetricsError(f"{out}: not a regular file; refusing to replace it")
+
+
+def write_atomically(out, write):
+    """Call write(f) on a new temporary file (binary) beside `out` (the same folder, so that the
+    rename is atomic), then rename it over `out`. Any failure (a full disk, a file size limit, a
+    missing folder) is a MetricsError naming `out`, and leaves `out` as it was and no temporary
+    file."""
+    check_output(out)
+    folder = os.path.dirname(out) or "."
+    root, ext = os.path.splitext(os.path.basename(out))
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{root}.", suffix=f".tmp{ext}", dir=folder)
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide the result from others
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, out)
+        tmp = None
+    except OSError as e:
+        raise MetricsError(f"{out}: cannot write ({e.strerror or e})") from None
+    finally:
+        if tmp is not None and os.path.lexists(tmp):
+            os.remove(tmp)
+
+
+def _umask():
+    mask = os.umask(0)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
 
 
 def new_figure(nrows=1, ncols=1, **kwargs):
@@ -216,20 +316,20 @@ def new_figure(nrows=1, ncols=1, **kwargs):
 
 
 def save_figure(fig, out, title=None):
-    """Write `fig` to `out` atomically (OUT.tmp.png, then rename) and close it."""
+    """Write `fig` to `out` atomically (a temporary file beside it, then rename) and close it."""
     import matplotlib.pyplot as plt
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    root, ext = os.path.splitext(out)
-    tmp = f"{root}.tmp{ext or '.png'}"
     try:
-        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-        fig.savefig(tmp, format="png", dpi=120)
-        os.replace(tmp, out)
-    except OSError as e:
-        raise MetricsError(f"{out}: cannot write ({e.strerror})") from None
+        check_title(title)
+        if title:
+            fig.suptitle(literal(title))
+        fig.tight_layout()
+        folder = os.path.dirname(out) or "."
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except FileExistsError:  # its strerror, "File exists", would not say what is wrong
+            raise MetricsError(f"{out}: cannot write ({folder} is not a folder)") from None
+        except OSError as e:
+            raise MetricsError(f"{out}: cannot write ({e.strerror})") from None
+        write_atomically(out, lambda f: fig.savefig(f, format="png", dpi=120))
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)

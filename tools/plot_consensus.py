@@ -11,12 +11,14 @@ without them falls back to its "epoch" lines' consensus_distance, with the step 
 Beside each curve, dashed in the same colour: the rho^t prediction, the decay of plain gossip
 (no gradients, no noise) from the first measured point (t0, CD0) of each topology phase,
 CD0 * rho^(2 (t - t0)) (a squared norm, hence 2t), floored at 1e-12 * CD0; none for a phase
-whose distance grows from its first point (training from one common model). Where a run's
+whose distance grows from its first point (training from one common model) or whose rho lies
+outside [0, 1]. Where a run's
 topology label changes (a topology swap mid-run) a dotted vertical line marks the round, with
 "old -> new" beside it. The y axis reaches 1e-4 times the lowest measured distance, no lower
 (a prediction may continue below). Runs with no consensus data (all-reduce, single) are left out.
 --runs keeps only the named runs. The PNG is written atomically.
-Exits 1 naming the file and line of a malformed metrics line, or the missing file.
+Exits 1 naming the file and line of a malformed metrics line, or the missing file, or OUT when
+it is not a regular file or cannot be written (docs/TOOLS.md lists the errors).
 """
 import sys
 from typing import NamedTuple
@@ -60,7 +62,9 @@ def prediction(phase, end):
     """(ts, CD0 * rho^(2 (t - t0))) from the phase's first point to round `end`, or None."""
     first = phase[0]
     rho = next((p.rho for p in phase if metrics.is_finite(p.rho)), None)
-    if rho is None or first.cd <= 0 or end <= first.t:
+    # A spectral radius lies in [0, 1]; any other rho predicts no decay (and rho ** t would
+    # overflow above 1, or turn complex below 0).
+    if rho is None or not 0 <= rho <= 1 or first.cd <= 0 or end <= first.t:
         return None
     if len(phase) > 1 and phase[1].cd > first.cd:
         return None  # growing, as training from one common model does: nothing to decay from
@@ -70,7 +74,8 @@ def prediction(phase, end):
 
 def draw_run(ax, run, pts, color):
     ax.plot([p.t for p in pts], [p.cd for p in pts], color=color, marker=".", markersize=3,
-            label=f"{run.name} ({' -> '.join(ph[0].topology for ph in phases(pts))})")
+            label=metrics.literal(
+                f"{run.name} ({' -> '.join(ph[0].topology for ph in phases(pts))})"))
     parts = phases(pts)
     for k, phase in enumerate(parts):
         end = parts[k + 1][0].t if k + 1 < len(parts) else phase[-1].t
@@ -83,8 +88,8 @@ def draw_run(ax, run, pts, color):
 
 def draw_swap(ax, t, old, new, color):
     ax.axvline(t, color=color, linestyle=":", linewidth=1)
-    ax.text(t, 0.98, f" {old} -> {new}", color=color, rotation=90, fontsize="small",
-            va="top", ha="right", transform=ax.get_xaxis_transform())
+    ax.text(t, 0.98, metrics.literal(f" {old} -> {new}"), color=color, rotation=90,
+            fontsize="small", va="top", ha="right", transform=ax.get_xaxis_transform())
 
 
 def plot(runs, out, title=None):

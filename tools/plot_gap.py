@@ -13,7 +13,8 @@ summary's, or 1 when it has none) as black stars, with a dotted line at their ac
 reference. A run without a summary line (it did
 not finish) or a gossip run without a spectral_gap is left out, with a note on stderr.
 --runs keeps only the named runs. The PNG is written atomically.
-Exits 1 naming the file and line of a malformed metrics line, or the missing file.
+Exits 1 naming the file and line of a malformed metrics line, or the missing file, or OUT when
+it is not a regular file or cannot be written (docs/TOOLS.md lists the errors).
 """
 import sys
 from typing import NamedTuple
@@ -64,13 +65,14 @@ def draw_point(ax, p, styles, seen):
     y = 100 * p.accuracy
     if p.reference:
         ax.scatter([p.gap], [y], marker="*", s=220, color="black", zorder=3,
-                   label=once(seen, f"{p.topology} (gap 1)"))
+                   label=once(seen, metrics.literal(f"{p.topology} (gap 1)")))
         ax.axhline(y, color="black", linestyle=":", linewidth=0.8, alpha=0.5)
     else:
         k = styles.setdefault(p.topology, len(styles))
         ax.scatter([p.gap], [y], marker=MARKERS[k % len(MARKERS)], color=f"C{k % 10}", s=60,
-                   zorder=3, label=once(seen, p.topology))
-    ax.annotate(p.run, (p.gap, y), textcoords="offset points", xytext=(5, 4), fontsize="x-small")
+                   zorder=3, label=once(seen, metrics.literal(p.topology)))
+    ax.annotate(metrics.literal(p.run), (p.gap, y), textcoords="offset points", xytext=(5, 4),
+                fontsize="x-small")
 
 
 def plot(runs, out, title=None):

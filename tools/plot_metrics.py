@@ -12,7 +12,8 @@ peers). One curve per run, labelled with its run id (lines without a run id: "un
 gossip run reports every peer's own test accuracy (peer_test_accuracy), a faint band from the
 worst to the best peer is drawn under its curve in the accuracy-against-epochs panel.
 --runs keeps only the named runs, in that order. The PNG is written atomically.
-Exits 1 naming the file and line of a malformed metrics line, or the missing file.
+Exits 1 naming the file and line of a malformed metrics line, or the missing file, or OUT when
+it is not a regular file or cannot be written (docs/TOOLS.md lists the errors).
 """
 import sys
 
@@ -29,7 +30,8 @@ SCALE = {"test_loss": 1.0, "test_accuracy": 100.0}
 def draw_curve(ax, run, xkey, ykey, color):
     xs, ys = metrics.series(run.epochs, xkey, ykey)
     if xs:
-        ax.plot(xs, [SCALE[ykey] * y for y in ys], marker=".", color=color, label=run.name)
+        ax.plot(xs, [SCALE[ykey] * y for y in ys], marker=".", color=color,
+                label=metrics.literal(run.name))
     return bool(xs)
 
 
@@ -41,7 +43,7 @@ def draw_peer_band(ax, run, color):
         return
     ax.fill_between([e for e, _ in rows], [100 * min(p) for _, p in rows],
                     [100 * max(p) for _, p in rows], color=color, alpha=0.15, linewidth=0,
-                    label=f"{run.name}: peers (min..max)")
+                    label=metrics.literal(f"{run.name}: peers (min..max)"))
 
 
 def plot(runs, out, title=None):

@@ -25,10 +25,13 @@ Then OUT/convergence.png, OUT/consensus.png and OUT/accuracy_vs_gap.png (tools/p
 OUT/summary.md (one table row per run, with its exact command) are written.
 
 --out DIR replaces the file's "out". --dry-run prints the commands, one a line, and runs nothing.
-Exit status: 0; 1 when a run failed or a figure could not be drawn from bad metrics; 2 when the
-sweep file is missing or invalid (the message names the file and the key; nothing is written).
+Exit status: 0; 1 when a run failed, a figure could not be drawn from bad metrics, or an output
+could not be written; 2 when the sweep file is missing or invalid (the message names the file
+and the key; nothing is written), or, before any run, when a file of OUT that the sweep renames
+over is there but is not a regular file.
 """
 import argparse
+import collections
 import itertools
 import json
 import os
@@ -119,13 +122,13 @@ def check(path, shown, key, value):
     """`value` must pass CHECKS[key]; `shown` is where it stands, for the message."""
     test, want = CHECKS[key]
     if not test(value):
-        raise SweepError(f"{path}: key '{shown}': want {want}, got {json.dumps(value)}")
+        raise SweepError(f"{path}: key '{shown}': want {want}, got {metrics.shown(value)}")
 
 
 def check_keys(path, where, obj, allowed):
     if not isinstance(obj, dict):
         at = f"key '{where}'" if where else "the top level"
-        raise SweepError(f"{path}: {at}: want an object, got {json.dumps(obj)}")
+        raise SweepError(f"{path}: {at}: want an object, got {metrics.shown(obj)}")
     for key in obj:
         if key not in allowed:
             raise SweepError(f"{path}: unknown key '{where + '.' if where else ''}{key}' "
@@ -144,7 +147,7 @@ def grid_runs(path, grid):
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise SweepError(f"{path}: key 'grid.{key}': want a non-empty list, got "
-                             f"{json.dumps(values)}")
+                             f"{metrics.shown(values)}")
         for i, v in enumerate(values):
             check(path, f"grid.{key}[{i}]", key, v)
     check_required(path, "grid", grid, any(a in GRAPH_ALGOS for a in grid.get("algo", [])))
@@ -177,8 +180,8 @@ def parse_sweep(path, spec, out=None):
     runs += [listed_run(path, i, r) for i, r in enumerate(s["runs"])]
     if not runs:
         raise SweepError(f"{path}: no runs: give a 'grid' or a non-empty 'runs'")
-    names = [r.name for r in runs]
-    twice = sorted({n for n in names if names.count(n) > 1})
+    # Counted once (names.count per name was quadratic: a 1000 x 1000 grid took over a minute).
+    twice = sorted(n for n, k in collections.Counter(r.name for r in runs).items() if k > 1)
     if twice:
         raise SweepError(f"{path}: run name {', '.join(twice)} comes twice "
                          "(every run needs its own name)")
@@ -188,15 +191,16 @@ def parse_sweep(path, spec, out=None):
 
 def load_sweep(path, out=None):
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise SweepError(f"{path}: cannot read ({e.strerror})") from None
+        text = metrics.read_text(path)
+    except metrics.MetricsError as e:  # cannot read, or not UTF-8: the message names the file
+        raise SweepError(str(e)) from None
     try:
         spec = json.loads(text)
     except json.JSONDecodeError as e:
         raise SweepError(f"{path}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})") \
             from None
+    except RecursionError:  # the decoder recurses per level: '[' * 100000 overflows the stack
+        raise SweepError(f"{path}: not valid JSON (nested too deeply)") from None
     return parse_sweep(path, spec, out)
 
 
@@ -233,14 +237,18 @@ def stop(proc):
 
 
 def execute(cmd, log_path, timeout_s):
-    """Run `cmd` with its output in `log_path`: "ok", or why it failed (the log's last line)."""
-    with open(log_path, "w", encoding="utf-8") as log:
-        log.write(f"$ {shlex.join(cmd)}\n")
-        log.flush()
-        status = wait_for(cmd, log, timeout_s)
-    if status != "ok":
-        with open(log_path, "a", encoding="utf-8") as log:
-            log.write(f"\nsweep: {status}\n")
+    """Run `cmd` with its output in `log_path`: "ok", or why it failed (the log's last line).
+    A log that cannot be written raises OSError naming it."""
+    try:
+        with open(log_path, "w", encoding="utf-8") as log:
+            log.write(f"$ {shlex.join(cmd)}\n")
+            log.flush()
+            status = wait_for(cmd, log, timeout_s)
+        if status != "ok":
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write(f"\nsweep: {status}\n")
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, log_path) from None
     return status
 
 
@@ -268,15 +276,36 @@ def check_binary(sweep):
                          "(build it: bash tools/setup.sh)")
 
 
+def replaced_outputs(sweep):
+    """The files of OUT that the sweep renames over (metrics.jsonl.old, the figures, summary.md)
+    and the metrics.jsonl it moves away."""
+    return [metrics_path(sweep), metrics_path(sweep) + ".old", summary_path(sweep)] + \
+        [os.path.join(sweep.out, file) for file, _ in PLOTS]
+
+
+def prepare(sweep):
+    """The results folder, ready for the runs, before any runs: SweepError when one of its files
+    is there but is not a regular file (a device, a FIFO, a folder: renaming over it would
+    replace it), or the folders cannot be made."""
+    for path in replaced_outputs(sweep):
+        try:
+            metrics.check_output(path)
+        except metrics.MetricsError as e:
+            raise SweepError(str(e)) from None
+    try:
+        os.makedirs(os.path.join(sweep.out, "logs"), exist_ok=True)
+        if sweep.trace:
+            os.makedirs(os.path.join(sweep.out, "traces"), exist_ok=True)
+        if os.path.exists(metrics_path(sweep)):
+            os.replace(metrics_path(sweep), metrics_path(sweep) + ".old")
+            print(f"sweep: kept the previous {metrics_path(sweep)} as metrics.jsonl.old",
+                  file=sys.stderr)
+    except OSError as e:
+        raise SweepError(f"{e.filename}: cannot write ({e.strerror})") from None
+
+
 def run_all(sweep):
     """Run every run; returns [(run, command, status)]."""
-    os.makedirs(os.path.join(sweep.out, "logs"), exist_ok=True)
-    if sweep.trace:
-        os.makedirs(os.path.join(sweep.out, "traces"), exist_ok=True)
-    if os.path.exists(metrics_path(sweep)):
-        os.replace(metrics_path(sweep), metrics_path(sweep) + ".old")
-        print(f"sweep: kept the previous {metrics_path(sweep)} as metrics.jsonl.old",
-              file=sys.stderr)
     results = []
     for i, run in enumerate(sweep.runs, 1):
         cmd = command(sweep, run)
@@ -317,8 +346,13 @@ def hidden_share(sweep, run):
     if not sweep.trace or not os.path.exists(path):
         return None
     try:
-        return trace_summary.summarise(trace_summary.load_events(path))["overall"]["hidden_share"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        events = trace_summary.load_events(path)
+    except ValueError as e:  # the message names the file
+        print(f"sweep: {e}", file=sys.stderr)
+        return None
+    try:
+        return trace_summary.summarise(events)["overall"]["hidden_share"]
+    except (ValueError, KeyError, TypeError) as e:
         print(f"sweep: {path}: {e}", file=sys.stderr)
         return None
 
@@ -351,10 +385,12 @@ def write_summary(sweep, results, runs, notes):
     lines += [table_row(sweep, run, cmd, status,
                         runs[run.name].summary if run.name in runs else None)
               for run, cmd, status in results]
-    path = os.path.join(sweep.out, "summary.md")
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(path + ".tmp", path)
+    text = "\n".join(lines) + "\n"
+    metrics.write_atomically(summary_path(sweep), lambda f: f.write(text.encode("utf-8")))
+
+
+def summary_path(sweep):
+    return os.path.join(sweep.out, "summary.md")
 
 
 def report(sweep, results):
@@ -368,8 +404,12 @@ def report(sweep, results):
         runs, bad = {}, True
     runs = {r.name: runs[r.name] for r, _, _ in results if r.name in runs}
     notes, error = draw_plots(sweep, runs)
-    write_summary(sweep, results, runs, notes)
-    print(f"sweep: wrote {os.path.join(sweep.out, 'summary.md')}", file=sys.stderr)
+    try:
+        write_summary(sweep, results, runs, notes)
+    except metrics.MetricsError as e:  # a full disk: the message names summary.md
+        print(f"sweep: error: {e}", file=sys.stderr)
+        return False
+    print(f"sweep: wrote {summary_path(sweep)}", file=sys.stderr)
     return not (bad or error)
 
 
@@ -389,10 +429,15 @@ def main(argv=None):
                 print(shlex.join(command(sweep, run)))
             return 0
         check_binary(sweep)
+        prepare(sweep)
     except SweepError as e:
         print(f"sweep: error: {e}", file=sys.stderr)
         return 2
-    results = run_all(sweep)
+    try:
+        results = run_all(sweep)
+    except OSError as e:  # a run's log could not be written (a full disk, a file size limit)
+        print(f"sweep: error: {e.filename}: cannot write ({e.strerror})", file=sys.stderr)
+        return 1
     ok = report(sweep, results)
     return 0 if ok and all(status == "ok" for _, _, status in results) else 1
 

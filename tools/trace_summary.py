@@ -66,14 +66,55 @@ def subtract(intervals, holes):
     return out
 
 
+def read_text(path):
+    """The whole of a UTF-8 file; ValueError naming it (and the line where it is not UTF-8)
+    when it cannot be read. merge_traces.py reads its parts with it too."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 text (byte {raw[e.start]:#04x} at offset "
+                         f"{e.start})") from None
+
+
+class TooDeep(ValueError):
+    """JSON nested deeper than the decoder's recursion allows."""
+
+
+def parse_json(text, where):
+    """json.loads; ValueError naming `where` when `text` is not JSON, or is nested too deeply
+    (the decoder recurses per level: '[' * 100000 would be a RecursionError)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})") \
+            from None
+    except RecursionError:
+        raise TooDeep(f"{where}: not valid JSON (nested too deeply)") from None
+
+
 def load_events(path):
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    """The events of a trace file; ValueError naming the file when it is not a trace."""
+    data = parse_json(read_text(path), path)
     if isinstance(data, dict):
         data = data.get("traceEvents")
     if not isinstance(data, list):
         raise ValueError(f"{path}: no traceEvents array")
+    bad = next((i for i, e in enumerate(data) if not isinstance(e, dict)), None)
+    if bad is not None:
+        raise ValueError(f"{path}: event {bad} is not an object")
     return data
+
+
+def arg_name(e, default):
+    """The "name" in the event's args (a thread or process name), else `default`."""
+    args = e.get("args")
+    return args.get("name", default) if isinstance(args, dict) else default
 
 
 def summarise(events):
@@ -82,7 +123,7 @@ def summarise(events):
     thread_names = {}
     for e in events:
         if e.get("ph") == "M" and e.get("name") == "thread_name":
-            thread_names[(e.get("pid"), e.get("tid"))] = e.get("args", {}).get("name", "")
+            thread_names[(e.get("pid"), e.get("tid"))] = arg_name(e, "")
 
     def role(e):
         """What a thread does: the step's own thread, a service thread, or unknown (unnamed)."""
@@ -92,7 +133,7 @@ def summarise(events):
     for e in events:
         pid = e.get("pid")
         if e.get("ph") == "M" and e.get("name") == "process_name":
-            names[pid] = e.get("args", {}).get("name", f"pid {pid}")
+            names[pid] = arg_name(e, f"pid {pid}")
         if e.get("ph") != "X":
             continue
         b = float(e["ts"])
@@ -159,8 +200,13 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args(argv)
     try:
-        summary = summarise(load_events(args.trace))
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        events = load_events(args.trace)
+    except ValueError as e:  # the message names the file
+        print(f"trace_summary: {e}", file=sys.stderr)
+        return 1
+    try:
+        summary = summarise(events)
+    except (ValueError, KeyError, TypeError) as e:  # an event without "ts", a string "dur"...
         print(f"trace_summary: {args.trace}: {e}", file=sys.stderr)
         return 1
     if args.json:

@@ -49,6 +49,17 @@ grep -q "run unnamed left out" plot_gap.err || fail "plot_gap: no note on the ru
 "$PY" "$tools/plot_metrics.py" old.jsonl --runs unnamed,unnamed-2 -o figs/old.png 2>/dev/null ||
   fail "plot_metrics: no run unnamed-2 after an old line with epoch 1 again"
 
+# A run a signal stopped ends with a "stopped" line (dpgossip train, docs/TRAINING.md): its epochs
+# are drawn like any others, in all three figures.
+{ cat m.jsonl
+  echo '{"kind": "epoch", "run": "cut", "epoch": 1, "step": 10, "test_accuracy": 0.5, "epsilon": 1.0, "algo": "gossip", "peers": 4}'
+  echo '{"kind": "stopped", "run": "cut", "steps": 15, "planned_steps": 100, "stopped_at_step": 15, "test_accuracy": 0.5, "test_accuracy_last_iterate": null, "algo": "gossip", "peers": 4}'
+} >stopped.jsonl
+for plot in plot_metrics plot_consensus plot_gap; do
+  "$PY" "$tools/$plot.py" stopped.jsonl -o "figs/stopped-$plot.png" 2>"$plot.err" ||
+    fail "$plot.py on a stopped run's lines: $(cat "$plot.err")"
+done
+
 # Errors: a malformed line (named with its line number), a missing file, an unknown run.
 lines=$(wc -l <m.jsonl)
 cp m.jsonl bad.jsonl
@@ -67,6 +78,50 @@ runs = metrics.group_by_run(metrics.load(["m.jsonl"]))
 assert list(metrics.last(runs, 1)) == list(runs)[-1:] and len(runs) > 1, list(runs)
 ' "$tools" || fail "--last 1 keeps the last run only"
 [[ ! -e figs/bad.png ]] || fail "a failing plot wrote figs/bad.png"
+# Input that is not UTF-8 or is nested too deeply: the file and line named, no traceback.
+printf '{"epoch": 1}\n\xff\xfe{}\n' >latin.jsonl
+"$PY" -c 'print("[" * 100000)' >deep.jsonl
+for plot in plot_metrics plot_consensus plot_gap; do
+  expect_error "latin.jsonl:2: not UTF-8 text" \
+    "$PY" "$tools/$plot.py" m.jsonl latin.jsonl -o figs/bad.png
+  expect_error "deep.jsonl:1: not valid JSON (nested too deeply)" \
+    "$PY" "$tools/$plot.py" deep.jsonl -o figs/bad.png
+done
+# Numbers near the float maximum overflow matplotlib's tick locators: refused, field named.
+for kv in 'epoch 1e308' 'epoch -1e308' 'wall_s 1e308' 'test_accuracy 1e306'; do
+  read -r key value <<<"$kv"
+  other='"epoch": 1, '
+  [[ $key == epoch ]] && other=''
+  echo "{$other\"test_loss\": 0.5, \"$key\": $value}" >huge.jsonl
+  expect_error "huge.jsonl:1: '$key' is " "$PY" "$tools/plot_metrics.py" huge.jsonl -o figs/bad.png
+done
+# A title too long to rasterise is refused before anything is drawn.
+expect_error "--title: at most 200 characters, got 100000" \
+  "$PY" "$tools/plot_metrics.py" m.jsonl -o figs/bad.png --title "$(printf '%100000s' | tr ' ' x)"
+# An output that exists but is not a regular file is refused and left as it was.
+mkfifo figs/fifo.png
+expect_error "figs/fifo.png: not a regular file" "$PY" "$tools/plot_gap.py" m.jsonl -o figs/fifo.png
+[[ -p figs/fifo.png ]] || fail "plot_gap replaced the FIFO figs/fifo.png"
+if mknod -m 666 figs/dev.png c 1 7 2>/dev/null; then  # our own full-device node (needs root)
+  expect_error "figs/dev.png: not a regular file" \
+    "$PY" "$tools/plot_metrics.py" m.jsonl -o figs/dev.png
+  [[ -c figs/dev.png ]] || fail "plot_metrics replaced the device figs/dev.png"
+fi
+rm -f figs/fifo.png figs/dev.png
+# A write that fails (a file size limit) names the output and leaves nothing behind.
+rc=0
+err=$(ulimit -f 8; "$PY" "$tools/plot_metrics.py" m.jsonl -o figs/big.png 2>&1) || rc=$?
+[[ $rc != 0 ]] && grep -qF "figs/big.png: cannot write" <<<"$err" ||
+  fail "plot over ulimit -f: exit $rc: $err"
+# A run id or title with '$' pairs (matplotlib's math) and a rho above 1 still draw.
+cat >odd.jsonl <<'JSON'
+{"run": "$\\foo$", "kind": "consensus", "round": 0, "consensus_distance": 1.0, "rho": 3}
+{"run": "$\\foo$", "kind": "consensus", "round": 1000, "consensus_distance": 0.5, "rho": 3}
+JSON
+"$PY" "$tools/plot_consensus.py" odd.jsonl -o figs/odd.png --title '$\bar$ costs $5' 2>odd.err &&
+  is_png figs/odd.png || fail "plot_consensus of odd.jsonl: $(cat odd.err)"
+[[ ! -e figs/bad.png && ! -e figs/big.png && -z $(find figs -name '*.tmp*') ]] ||
+  fail "a failing plot left a file: $(ls -a figs)"
 
 # sweep --dry-run: 2 all-reduce (peers x seed, no topology) + 4 gossip + 1 listed run.
 printf '#!/bin/sh\nexec %s %s "$@"\n' "$PY" "$fake" >fake && chmod +x fake
@@ -87,6 +142,15 @@ grep -qxF -- "./fake launch --peers 16 -- train --algo gossip --topology torus -
   fail "sweep --dry-run: no exact torus command in: $out"
 grep -q -- "--algo allreduce --topology" <<<"$out" && fail "an all-reduce command has a topology"
 [[ ! -e res ]] || fail "sweep --dry-run wrote res/"
+
+# A run's log that cannot be written is an error naming it, exit 1, not a traceback.
+echo '{"binary": "./fake", "runs": [{"algo": "allreduce", "peers": 4, "seed": 1}]}' >onerun.json
+mkdir -p logfail/logs/allreduce-n4-s1.log
+rc=0
+err=$("$PY" "$tools/sweep.py" onerun.json --out logfail 2>&1) || rc=$?
+[[ $rc == 1 ]] || fail "sweep with an unwritable log: exit $rc, want 1: $err"
+grep -qF "sweep: error: logfail/logs/allreduce-n4-s1.log: cannot write (Is a directory)" <<<"$err" ||
+  fail "sweep with an unwritable log: $err"
 
 # A whole sweep with a failing and a stalled run: they are recorded, the rest go on, exit 1.
 "$PY" - <<'PY'
@@ -149,5 +213,24 @@ grep -qF -- "--algo ad-psgd --topology ring" <<<"$out" || fail "sweep: ad-psgd w
 grep -qF -- "--algo ps-async --seed" <<<"$out" || fail "sweep: ps-async: $out"
 expect_sweep_error "key 'binary'" "{\"binary\": \"no/such/dpgossip\", \"runs\": [$one]}"
 expect_sweep_error "badsweep.json:3: not valid JSON" $'{"runs": [\n\n}'
+expect_sweep_error "badsweep.json: not UTF-8 text" $'\xff\xfe{}'
+expect_sweep_error "badsweep.json: not valid JSON (nested too deeply)" \
+  "$(printf '%100000s' | tr ' ' '[')"
+# The duplicate-name check is linear: 62500 grid runs and a listed twin are refused at once (it
+# was quadratic: about 20 s).
+start=$SECONDS
+expect_sweep_error "run name allreduce-n1-s0 comes twice" "$("$PY" -c '
+import json; r = list(range(250))
+print(json.dumps({"grid": {"algo": ["allreduce"], "peers": [p + 1 for p in r], "seed": r},
+                  "runs": [{"algo": "allreduce", "peers": 1, "seed": 0}]}))')"
+((SECONDS - start < 8)) ||
+  fail "sweep: the duplicate-name check of 62500 runs took $((SECONDS - start)) s"
+# A file of the results folder that is there but not a regular file: exit 2 before any run.
+mkdir -p fiforesults && mkfifo fiforesults/summary.md
+rc=0
+err=$("$PY" "$tools/sweep.py" sweep.json --out fiforesults 2>&1) || rc=$?
+[[ $rc == 2 ]] && grep -qF "fiforesults/summary.md: not a regular file" <<<"$err" ||
+  fail "sweep into a FIFO summary.md: exit $rc: $err"
+[[ -p fiforesults/summary.md && ! -e fiforesults/logs ]] || fail "sweep ran with a FIFO summary.md"
 
 finish "tools"

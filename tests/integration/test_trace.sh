@@ -115,6 +115,39 @@ if "$PY" "$root/tools/merge_traces.py" "$work/notarray.json" -o "$work/x.json" 2
   fail "merge_traces.py accepted a part that is not an array"
 fi
 
+# Inputs that are not UTF-8, not a file or nested too deeply: one line naming the file (and line).
+printf '[\n{"ph": "M"},\n\xff\n]\n' >"$work/latin.json"
+mkdir "$work/folder.json"
+"$PY" -c 'print("[" * 100000)' >"$work/deep.json"
+for tool in merge_traces trace_summary; do
+  args=()
+  [[ $tool == merge_traces ]] && args=(-o "$work/m.json")
+  expect_error "$work/latin.json:3: not UTF-8 text" \
+    "$PY" "$root/tools/$tool.py" "$work/latin.json" "${args[@]}"
+  expect_error "$work/folder.json: cannot read" \
+    "$PY" "$root/tools/$tool.py" "$work/folder.json" "${args[@]}"
+  expect_error "$work/deep.json: not valid JSON (nested too deeply)" \
+    "$PY" "$root/tools/$tool.py" "$work/deep.json" "${args[@]}"
+done
+[[ ! -e $work/m.json ]] || fail "merge_traces.py wrote m.json from a bad part"
+# merge_traces.py writes atomically: a failed write names the output and leaves nothing; an
+# output that is not a regular file is refused, untouched (timeout: an open FIFO would block).
+merge() { timeout 20 "$PY" "$root/tools/merge_traces.py" "$work"/trace.rank*.json -o "$@"; }
+rc=0
+err=$(ulimit -f 8; merge "$work/big.json" 2>&1) || rc=$?
+[[ $rc == 1 ]] && grep -qF "$work/big.json: cannot write" <<<"$err" ||
+  fail "merge over ulimit -f: exit $rc: $err"
+expect_error "$work/no/such/m.json: cannot write" merge "$work/no/such/m.json"
+mkfifo "$work/fifo.json"
+expect_error "$work/fifo.json: not a regular file" merge "$work/fifo.json"
+[[ -p $work/fifo.json ]] || fail "merge_traces.py replaced the FIFO fifo.json"
+if mknod -m 666 "$work/dev.json" c 1 7 2>/dev/null; then  # our own full-device node (needs root)
+  expect_error "$work/dev.json: not a regular file" merge "$work/dev.json"
+  [[ -c $work/dev.json ]] || fail "merge_traces.py replaced the device dev.json"
+fi
+left=$(find "$work" -name '*.tmp*' -o -name big.json -o -name no)
+[[ -z $left ]] || fail "a failed merge left: $left"
+
 finish trace
 if ((have_chromium == 0)); then
   echo "SKIP: no chromium, the browser checks did not run (apt-get install chromium)"
