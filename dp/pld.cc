@@ -423,6 +423,11 @@ PldResult worst_direction(std::span<const PoissonGaussian> history, PldEstimate 
 PldResult pld_epsilon(std::span<const PoissonGaussian> history, double delta, PldEstimate estimate,
                       const PldOptions& options) {
   checks::check_delta(delta, "delta");
+  if (delta < kPldMinDelta) {
+    bad_argument("delta: the PLD accountant is checked down to " + str(kPldMinDelta) +
+                 " (below, the rounding of its transforms can put epsilon under the true one); "
+                 "for delta " + str(delta) + " use the RDP accountant (--accountant rdp)");
+  }
   // The optimistic side asks for delta + tail_mass: the mass folded into its window may have
   // raised its delta by up to tail_mass / 2, and its epsilon must stay below the true one.
   const double target =

@@ -161,6 +161,30 @@ TEST_CASE("q = 1: the Gaussian mechanism's exact epsilon lies between the two es
   }
 }
 
+TEST_CASE("small delta: an upper bound at kPldMinDelta, refused below it") {
+  // The hardest of the exact-Gaussian grid (docs/PRIVACY.md): epsilon 14 to 42, where at delta
+  // 1e-9 the pessimistic estimate fell below the exact epsilon (by 2e-5 at 3000 steps).
+  struct Case {
+    double s;  // the composed mechanism's sigma / sqrt(steps)
+    long long steps;
+  };
+  for (const Case c : {Case{0.2, 3000}, Case{0.3, 3000}, Case{0.5, 3000}}) {
+    const double sigma = c.s * std::sqrt(static_cast<double>(c.steps));
+    CAPTURE(sigma);
+    CAPTURE(c.steps);
+    const double exact = gaussian_epsilon(sigma, c.steps, dp::kPldMinDelta);
+    const double pess = pld_eps(1.0, sigma, c.steps, dp::kPldMinDelta, PldEstimate::pessimistic);
+    CAPTURE(exact);
+    CAPTURE(pess);
+    CHECK(pess >= exact);
+    CHECK(pess - exact < 1e-3);
+    const std::string why = error_message(
+        [&] { pld_eps(1.0, sigma, c.steps, dp::kPldMinDelta / 10, PldEstimate::pessimistic); });
+    CHECK(contains(why, "the PLD accountant is checked down to 1e-08"));
+    CHECK(contains(why, "use the RDP accountant"));
+  }
+}
+
 TEST_CASE("one subsampled step: the exact epsilon (quadrature) lies between the estimates") {
   struct Case {
     double q, sigma, delta;
