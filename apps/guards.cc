@@ -67,7 +67,7 @@ void append_checked(const std::string& path, const std::string& text, const std:
          what + ": cannot append to " + path + ": " +
              (errno == ENXIO ? std::string("a FIFO that no process reads") : std::strerror(errno)));
   }
-  ::fcntl(fd, F_SETFL, O_WRONLY | O_APPEND);
+  ::fcntl(fd, F_SETFL, O_APPEND);  // blocking again
   struct stat st{};
   const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   int err = 0;

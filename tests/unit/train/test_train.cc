@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <set>
 #include <string>
 
@@ -149,10 +149,11 @@ TEST_CASE("trainer: DP-SGD learns separable blobs and accounts every step") {
 
 TEST_CASE("trainer: a fraction of an epoch is one epoch of at least one step, reported") {
   dpg::TrainConfig c = small_config();
-  for (double epochs : {1e-9, 0.3, 2.5, 3.0, 3.0000000001}) {
+  const std::pair<double, int> cases[] = {{1e-9, 1}, {0.3, 1}, {2.5, 3}, {3.0, 3}, {3.0000000001, 3}};
+  for (const auto& [epochs, count] : cases) {
     c.epochs = epochs;
     CAPTURE(epochs);
-    CHECK(dpg::epoch_count(c) == std::max(1, static_cast<int>(std::ceil(epochs - 1e-9))));
+    CHECK(dpg::epoch_count(c) == count);
   }
   c.epochs = 1e-9;
   CHECK(dpg::epoch_count(c) == 1);
