@@ -65,4 +65,14 @@ void RoutedTransport::wait(Handle handle) {
   }
 }
 
+void RoutedTransport::poison(Code code, const std::string& message) {
+  {
+    std::lock_guard lock(mu_);
+    if (!first_failure_) first_failure_.emplace(code, message);
+  }
+  for (auto& p : parts_) {
+    if (p) p->poison(code, message);
+  }
+}
+
 }  // namespace dpg::net

@@ -27,6 +27,7 @@ class RoutedTransport final : public Transport {
   Handle recv(int peer, Tag tag, std::span<std::byte> data) override;
   void wait(Handle handle) override;
   std::chrono::milliseconds timeout() const override { return timeout_; }
+  void poison(Code code, const std::string& message) override;
 
  private:
   static constexpr uint32_t kSecond = 0x80000000u;  // the handle bit that names `second`

@@ -22,6 +22,7 @@ class SubsetTransport final : public Transport {
   Handle recv(int peer, Tag tag, std::span<std::byte> data) override;
   void wait(Handle handle) override { parent_.wait(handle); }
   std::chrono::milliseconds timeout() const override { return parent_.timeout(); }
+  void poison(Code code, const std::string& message) override { parent_.poison(code, message); }
 
   const std::vector<int>& members() const { return members_; }
   Transport& parent() { return parent_; }

@@ -27,6 +27,7 @@ class TracingTransport final : public Transport {
   Handle recv(int peer, Tag tag, std::span<std::byte> data) override;
   void wait(Handle handle) override;
   std::chrono::milliseconds timeout() const override { return inner_.timeout(); }
+  void poison(Code code, const std::string& message) override { inner_.poison(code, message); }
 
   Transport& inner() { return inner_; }
 

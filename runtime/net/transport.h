@@ -9,6 +9,8 @@
 #include <span>
 #include <string>
 
+#include "runtime/core/error.h"
+
 namespace dpg::net {
 
 // Names one message between two peers. Messages from one peer are matched to posted receives by
@@ -47,6 +49,13 @@ class Transport {
   virtual void wait(Handle handle) = 0;
   // The timeout of every wait.
   virtual std::chrono::milliseconds timeout() const = 0;
+  // Fails this transport from outside a wait, as a failed wait does: for an owner giving up
+  // with operations still posted (its own check failed between post and wait, or it is being
+  // torn down). Every posted operation and every later call then throws the first failure (this
+  // one unless another came first), peers learn of it as of any failure here, and once it
+  // returns no bytes move into or out of a buffer posted before: those may then be freed.
+  // `message` starts with "rank R: ".
+  virtual void poison(Code code, const std::string& message) = 0;
 };
 
 }  // namespace dpg::net

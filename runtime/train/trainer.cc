@@ -418,6 +418,23 @@ long long Trainer::epoch_end(int epoch) const {
 
 TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoch,
                           const std::function<void(const ConsensusReport&)>& on_consensus) {
+  try {
+    return run_steps(on_epoch, on_consensus);
+  } catch (...) {
+    // A step that fails on a check of its own (a malformed reply, a held step) can leave
+    // messages posted into or out of the run state's buffers (the algorithm's among them),
+    // which go when this trainer does: the transport must move no more bytes through them, and
+    // the peers learn now that this one has stopped.
+    if (comm_) {
+      comm_->transport().poison(Code::aborted, "rank " + std::to_string(rank()) +
+                                                   ": stopped on an error of its own (see its log)");
+    }
+    throw;
+  }
+}
+
+TrainSummary Trainer::run_steps(const std::function<void(const EpochReport&)>& on_epoch,
+                                const std::function<void(const ConsensusReport&)>& on_consensus) {
   const TrainConfig& c = config_;
   model::set_blas_threads(c.threads);
   state_ = std::make_unique<RunState>(c, data_.train, plan_, rank());

@@ -120,6 +120,9 @@ class Trainer {
     double messages = 0;
   };
   Spent spent(const RunState& s, long long t) const;
+  // run() itself; run() poisons the transport when this throws (see there).
+  TrainSummary run_steps(const std::function<void(const EpochReport&)>& on_epoch,
+                         const std::function<void(const ConsensusReport&)>& on_consensus);
   void log_start() const;
   // The run's privacy plan: the noise multiplier calibrated by rank 0 and checked by the others
   // (collective), or computed by each peer where nothing is searched for.

@@ -36,6 +36,8 @@ class InprocTransport final : public Transport {
   }
 
   void wait(Handle handle) override { ops_.wait(handle); }
+  // The fabric copies only while holding this table and after checking it is not poisoned.
+  void poison(Code code, const std::string& message) override { ops_.poison(code, message); }
   OpTable& ops() { return ops_; }
 
  private:

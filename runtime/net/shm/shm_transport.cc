@@ -302,6 +302,15 @@ Handle ShmTransport::recv(int peer, Tag tag, std::span<std::byte> data) {
   return h;
 }
 
+void ShmTransport::poison(Code code, const std::string& message) {
+  // Under mu, as every pass of the engine that moves bytes: none is halfway through a copy, and
+  // each checks the table before the next. Peers reading this process's memory directly learn
+  // of it before the owner can free anything.
+  std::lock_guard lock(impl_->mu);
+  impl_->ops.poison(code, message);
+  impl_->publish_abort_locked(impl_->ops.report());
+}
+
 void ShmTransport::wait(Handle handle) {
   // Noted while it waits: a receive from a peer that is gone can then be failed at once.
   struct Waiting {

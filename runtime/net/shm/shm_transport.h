@@ -66,6 +66,7 @@ class ShmTransport final : public Transport {
   Handle recv(int peer, Tag tag, std::span<std::byte> data) override;
   void wait(Handle handle) override;
   std::chrono::milliseconds timeout() const override;
+  void poison(Code code, const std::string& message) override;
   // Whether messages to `peer` of direct_min_bytes or more are read from this process's memory.
   bool direct_to(int peer) const;
 

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -188,6 +189,14 @@ struct TcpTransport::Impl {
   // the transport, and meanwhile this peer starts no data frame, so a neighbour waiting on it
   // would otherwise wait out its deadline and blame this peer instead of the cause.
   void fail_io(Code code, const std::string& message);
+  // Transport::poison: fail_io on the I/O side, where the reader checks the table before each
+  // copy into a receive, so that once it returns no posted buffer is written; a send under way
+  // goes on from a copy of its rest.
+  void abandon(Code code, const std::string& message);
+  // Runs fn on the I/O side and returns once it has run: posted to the I/O thread and waited for
+  // (a second at most: its handlers never block, and one that has died runs nothing any more),
+  // or called right here.
+  void on_io_now(const std::function<void()>& fn);
   bool control_flushed() const;
   void closed_early(Conn& c);
   // After this peer's own timeout: tells every peer why, then listens (bounded) for their

@@ -249,16 +249,24 @@ void TcpTransport::Impl::detach_sends(bool copy) {
       }
     }
   };
-  if (!options.progress_thread) return detach();
-  // The I/O thread's handlers never block, so it gets here soon; one that has died (its failure
-  // poisoned the transport) runs nothing any more.
+  on_io_now(detach);
+}
+
+void TcpTransport::Impl::on_io_now(const std::function<void()>& fn) {
+  if (!options.progress_thread) return fn();
   auto done = std::make_shared<std::promise<void>>();
   auto ran = done->get_future();
-  asio::post(io, [detach, done] {
-    detach();
+  asio::post(io, [fn, done] {
+    fn();
     done->set_value();
   });
   ran.wait_for(std::chrono::seconds(1));
+}
+
+void TcpTransport::Impl::abandon(Code code, const std::string& message) {
+  on_io_now([this, code, message] { fail_io(code, message); });
+  ops.poison(code, message);  // where the I/O thread has died: it moves nothing any more
+  detach_sends(true);
 }
 
 // ---- reader ----
@@ -462,6 +470,8 @@ Handle TcpTransport::recv(int peer, Tag tag, std::span<std::byte> data) {
   impl_->on_io([impl = impl_.get(), i = h.slot] { impl->enqueue_recv(i); });
   return h;
 }
+
+void TcpTransport::poison(Code code, const std::string& message) { impl_->abandon(code, message); }
 
 void TcpTransport::wait(Handle handle) {
   try {

@@ -59,6 +59,7 @@ class TcpTransport final : public Transport {
   Handle recv(int peer, Tag tag, std::span<std::byte> data) override;
   void wait(Handle handle) override;
   std::chrono::milliseconds timeout() const override;
+  void poison(Code code, const std::string& message) override;
 
   struct Impl;
 

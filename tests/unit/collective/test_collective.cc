@@ -18,6 +18,7 @@
 #include "runtime/core/error.h"
 #include "runtime/net/inproc/inproc_transport.h"
 #include "tests/unit/collective/world.h"
+#include "tests/unit/net/poison_check.h"
 
 using dpg::collective::Communicator;
 using dpg::collective::Options;
@@ -190,6 +191,15 @@ TEST_CASE("broadcast, all-gather and barrier, with repeated calls in one communi
       });
     }
   }
+}
+
+TEST_CASE("in process: a poisoned peer's posted receive is never written, its wait throws") {
+  dpg::test::check_poison(
+      [](const std::function<void(dpg::net::Transport&)>& body) {
+        return dpg::test::run_transports_errors(
+            2, std::chrono::seconds(1), [&](int, dpg::net::Transport& t) { body(t); });
+      },
+      false);
 }
 
 TEST_CASE("a size mismatch between peers is an error naming the peer, not a hang") {

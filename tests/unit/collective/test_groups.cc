@@ -185,23 +185,14 @@ TEST_CASE("hierarchical_peers: the ranks the two groups talk to") {
 }
 
 TEST_CASE("split: a dead member fails the group's collective naming it, within the timeout") {
-  dpg::net::InprocFabric fabric(4, std::chrono::milliseconds(500));
-  std::vector<std::string> errors(4);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 4; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Communicator c(fabric.peer(r));
+  const auto errors = dpg::test::run_transports_errors(
+      4, std::chrono::milliseconds(500), [](int r, dpg::net::Transport& t) {
+        Communicator c(t);
         auto g = dpg::collective::split(c, 0, r);
         if (r == 2) return;  // leaves before the group's all-reduce
         std::vector<float> v(1000, 1.0f);
         g->comm().allreduce(v);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+      });
   // Nobody hangs; on the ring 0-1-2-3, 3 receives from 2 and names it, in parent ranks.
   for (int r : {0, 1, 3}) CHECK(errors[r] != "");
   CAPTURE(errors[3]);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -31,6 +32,26 @@ inline void run_transports(int n, const std::function<void(int, net::Transport&)
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
+}
+
+// The same with a deadline of `timeout` on every wait; returns each rank's error message ("" when
+// it passed) instead of rethrowing.
+inline std::vector<std::string> run_transports_errors(
+    int n, std::chrono::milliseconds timeout, const std::function<void(int, net::Transport&)>& body) {
+  net::InprocFabric fabric(n, timeout);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(n);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r, fabric.peer(r));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
 }
 
 // The same with a Communicator over each rank's transport: body(comm).

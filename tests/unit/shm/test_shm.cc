@@ -13,6 +13,7 @@
 #include "runtime/core/error.h"
 #include "runtime/net/hosts.h"
 #include "runtime/net/shm/shm_transport.h"
+#include "tests/unit/net/poison_check.h"
 
 using namespace std::chrono_literals;
 using dpg::collective::Communicator;
@@ -165,6 +166,20 @@ TEST_CASE("shared memory: a size mismatch fails the receiver naming both sizes")
   });
   CHECK_MESSAGE(errors[0].find("peer 1 sent 16 bytes for op 9 round 0 chunk 0 but the receive "
                                "expects 20") != std::string::npos, errors[0]);
+}
+
+TEST_CASE("shared memory: a poisoned peer's posted receive is never written; its peer hears why") {
+  for (bool progress : {false, true}) {
+    CAPTURE(progress);
+    ShmOptions o;
+    o.timeout = 3s;
+    o.progress_thread = progress;
+    dpg::test::check_poison(
+        [&](const std::function<void(dpg::net::Transport&)>& body) {
+          return run_shm(2, o, [&](ShmTransport& t) { body(t); });
+        },
+        true);
+  }
 }
 
 TEST_CASE("shared memory: a peer that finishes while a receive from it is posted stopped early") {

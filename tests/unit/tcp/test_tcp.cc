@@ -11,6 +11,7 @@
 #include "runtime/core/error.h"
 #include "runtime/net/hosts.h"
 #include "runtime/net/tcp/tcp_transport.h"
+#include "tests/unit/net/poison_check.h"
 #include "tests/unit/tcp/tcp_test_util.h"
 
 using namespace std::chrono_literals;
@@ -105,6 +106,20 @@ TEST_CASE("a stalled peer makes the others time out naming the peer and the roun
   // go on after its own failure.
   CHECK(errors[0].find("peer 1 reports:") != std::string::npos);
   CHECK(errors[1].find("peer 0 reports:") != std::string::npos);
+}
+
+TEST_CASE("a poisoned peer's posted receive is never written; its peer hears why, both modes") {
+  for (bool progress : {false, true}) {
+    CAPTURE(progress);
+    TcpOptions o;
+    o.timeout = 3s;
+    o.progress_thread = progress;
+    dpg::test::check_poison(
+        [&](const std::function<void(dpg::net::Transport&)>& body) {
+          return run_tcp(2, o, [&](TcpTransport& t) { body(t); });
+        },
+        true);
+  }
 }
 
 TEST_CASE("a peer that stops early makes the others fail at once, naming it") {

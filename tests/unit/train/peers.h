@@ -67,6 +67,9 @@ struct PeerResult {
   std::vector<float> params;
   std::vector<train::EpochReport> epochs;
   std::string error;  // the peer's exception, "" when it finished
+  // When run() threw: what a wait on its transport then throws (a receive nobody sends). The
+  // trainer poisons the transport as it fails, so this is its failure, not a timeout.
+  std::string transport_after;
 };
 
 // Every peer gets `rows_per_peer` rows of its own (seeded by rank) and the same test split.
@@ -95,7 +98,17 @@ inline std::vector<PeerResult> run_peers(
         train::Trainer t(config_for ? config_for(r) : c, std::move(d), &comm, phases);
         if (step_hook) t.set_step_hook([&step_hook, r](long long s) { step_hook(r, s); });
         if (setup) setup(r, t);
-        res.summary = t.run([&](const train::EpochReport& e) { res.epochs.push_back(e); });
+        try {
+          res.summary = t.run([&](const train::EpochReport& e) { res.epochs.push_back(e); });
+        } catch (const std::exception&) {
+          net::Transport& own = fabric.peer(r);
+          try {
+            own.wait(own.recv((r + 1) % world, {0xFFFFFFFFu, 0, 0}, {}));
+          } catch (const std::exception& e) {
+            res.transport_after = e.what();
+          }
+          throw;
+        }
         res.params.assign(t.params().begin(), t.params().end());
       } catch (const std::exception& e) {
         res.error = e.what();

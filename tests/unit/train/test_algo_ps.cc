@@ -144,6 +144,11 @@ TEST_CASE("ps-async: a server that fails mid-run makes the others fail naming it
   });
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(peers[1].error.find("injected") != std::string::npos);
+  // Its own failure poisoned its transport: the buffers of what it had posted (gone with its
+  // trainer) are never written by a reply that comes later.
+  CAPTURE(peers[1].transport_after);
+  CHECK(peers[1].transport_after.find("failed: stopped on an error of its own") !=
+        std::string::npos);
   for (int r : {0, 2, 3}) {
     CAPTURE(peers[static_cast<std::size_t>(r)].error);
     CHECK(peers[static_cast<std::size_t>(r)].error.find("peer 1") != std::string::npos);
