@@ -317,6 +317,11 @@ std::optional<long long> CheckpointDir::reserved() const {
   JsonReader r(j, path + ":");
   const long long until = r.integer("reserved_until");
   if (until < 0) r.fail_at("reserved_until", "must be non-negative");
+  // Another peer's ledger (a folder copied or mixed up) would charge this peer for its steps.
+  if (const long long owner = r.integer("rank"); owner != rank_) {
+    r.fail_at("rank", "is " + std::to_string(owner) + ", but rank " + std::to_string(rank_) +
+                          " reads this folder: each peer keeps its own ledger");
+  }
   return until;
 }
 

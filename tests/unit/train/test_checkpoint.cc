@@ -140,6 +140,19 @@ TEST_CASE("checkpoint folder: keeps the newest K, skips damaged files, removes t
   CHECK(dir.reserved() == 40);
   spit(fs::path(dir.folder()) / "ledger.json", "{\"reserved_until\": ");
   CHECK(code_of([&] { dir.reserved(); }) == Code::invalid_argument);
+  // Another rank's ledger would charge this peer for that peer's steps: refused, naming both.
+  other.reserve(7);
+  fs::copy_file(fs::path(other.folder()) / "ledger.json", fs::path(dir.folder()) / "ledger.json",
+                fs::copy_options::overwrite_existing);
+  try {
+    dir.reserved();
+    FAIL("rank 0's ledger was read as rank 1's");
+  } catch (const Error& e) {
+    CHECK(e.code() == Code::invalid_argument);
+    CHECK(std::string(e.what()).find("ledger.json") != std::string::npos);
+    CHECK(std::string(e.what()).find("is 0, but rank 1 reads this folder") != std::string::npos);
+  }
+  CHECK(other.reserved() == 7);
 }
 
 TEST_CASE("checkpoint folder: a write that cannot be made is an error naming the file") {
