@@ -14,22 +14,29 @@ OpTable::OpTable(int rank, std::chrono::milliseconds timeout, int spin_us)
 
 Handle OpTable::post(OpKind kind, int peer, Tag tag, std::byte* data, std::size_t size) {
   uint32_t index;
+  bool full = false;
   {
     std::lock_guard lock(alloc_mu_);
     if (!free_.empty()) {
       index = free_.back();
       free_.pop_back();
+    } else if (allocated_ == kChunk * kMaxChunks) {
+      full = true;
     } else {
-      if (allocated_ == kChunk * kMaxChunks) {
-        fail(Code::internal, "rank " + std::to_string(rank_) + ": more than " +
-                                 std::to_string(kChunk * kMaxChunks) + " operations in flight");
-      }
       if (allocated_ % kChunk == 0) {
         owned_.push_back(std::make_unique<std::array<OpSlot, kChunk>>());
         chunks_[allocated_ / kChunk].store(owned_.back().get(), std::memory_order_release);
       }
       index = allocated_++;
     }
+  }
+  if (full) {
+    // The caller may have operations posted that it will now never wait on: poisoned, nothing
+    // more moves through their buffers (the contract of a failure, transport.h).
+    const std::string message = "rank " + std::to_string(rank_) + ": more than " +
+                                std::to_string(kChunk * kMaxChunks) + " operations in flight";
+    poison(Code::internal, message);
+    fail(Code::internal, message);
   }
   OpSlot& s = slot(index);
   s.kind = kind;

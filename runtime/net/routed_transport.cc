@@ -59,9 +59,18 @@ void RoutedTransport::wait(Handle handle) {
   try {
     parts_[part]->wait(handle);
   } catch (const Error& e) {
-    std::lock_guard lock(mu_);
-    if (!first_failure_) first_failure_.emplace(e);
-    throw *first_failure_;
+    Error first = e;
+    {
+      std::lock_guard lock(mu_);
+      if (!first_failure_) first_failure_.emplace(e);
+      first = *first_failure_;
+    }
+    // The other part too: its operations still posted must move no more bytes once the caller,
+    // told of the failure, frees their buffers; and its peers learn of the failure at once.
+    for (auto& p : parts_) {
+      if (p) p->poison(first.code(), first.what());
+    }
+    throw first;
   }
 }
 

@@ -1,7 +1,8 @@
 // A transport that carries each peer's messages over one of two others: shared memory for the
 // peers on this host and TCP for the rest, as apps/ chooses (apps/transport_setup.h). Matching,
 // ordering and deadlines are the chosen transport's; the first failure of either poisons this
-// one, so every later wait throws it, whichever transport it is on.
+// one and the other (Transport::poison), so every later wait throws it, whichever transport it
+// is on, and neither moves more bytes through the buffers of operations still posted.
 #pragma once
 
 #include <memory>

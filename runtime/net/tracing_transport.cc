@@ -61,8 +61,15 @@ void TracingTransport::wait(Handle handle) {
     throw;
   }
   const auto end = trace::Clock::now();
-  tracer_.complete("wait", "wait", begin, end, args);
-  if (op.live) tracer_.complete(op.is_send ? "send" : "recv", "comm", op.at, end, args);
+  try {
+    tracer_.complete("wait", "wait", begin, end, args);
+    if (op.live) tracer_.complete(op.is_send ? "send" : "recv", "comm", op.at, end, args);
+  } catch (const Error& e) {
+    // A trace write failed: it fails the run, as a failed wait would. The caller, unwinding, may
+    // leave operations posted: the transport is poisoned first (transport.h).
+    inner_.poison(e.code(), "rank " + std::to_string(inner_.rank()) + ": " + e.what());
+    throw;
+  }
 }
 
 }  // namespace dpg::net

@@ -17,6 +17,8 @@
 #include "runtime/collective/device_collectives.h"
 #include "runtime/core/error.h"
 #include "runtime/net/inproc/inproc_transport.h"
+#include "runtime/net/routed_transport.h"
+#include "runtime/net/subset_transport.h"
 #include "tests/unit/collective/world.h"
 #include "tests/unit/net/poison_check.h"
 
@@ -200,6 +202,47 @@ TEST_CASE("in process: a poisoned peer's posted receive is never written, its wa
             2, std::chrono::seconds(1), [&](int, dpg::net::Transport& t) { body(t); });
       },
       false);
+}
+
+TEST_CASE("routed: a wait that fails on one part poisons the other; its receive is never written") {
+  // Rank 0 reaches peer 1 over fabric A and peer 2 over fabric B (a subset of all three ranks
+  // serves as an owning handle on a fabric's transport). Its wait on peer 1, who sends nothing,
+  // times out; rank 0's receive from peer 2, posted on B, must then be failed too.
+  dpg::net::InprocFabric a(3, std::chrono::milliseconds(500)), b(3, std::chrono::milliseconds(500));
+  std::vector<std::byte> into(1000, std::byte{0x11});
+  std::string first_error, second_error, sender_error;
+  {
+    dpg::net::RoutedTransport t(
+        std::make_unique<dpg::net::SubsetTransport>(a.peer(0), std::vector<int>{0, 1, 2}),
+        std::make_unique<dpg::net::SubsetTransport>(b.peer(0), std::vector<int>{0, 1, 2}),
+        {0, 0, 1});
+    const dpg::net::Handle from2 = t.recv(2, {9, 1, 0}, into);
+    std::vector<std::byte> none(4);
+    try {
+      t.wait(t.recv(1, {9, 2, 0}, none));
+    } catch (const dpg::Error& e) {
+      first_error = e.what();
+    }
+    // Only now does peer 2 send.
+    const std::vector<std::byte> out(1000, std::byte{0x55});
+    try {
+      b.peer(2).wait(b.peer(2).send(0, {9, 1, 0}, out));
+    } catch (const dpg::Error& e) {
+      sender_error = e.what();
+    }
+    try {
+      t.wait(from2);
+    } catch (const dpg::Error& e) {
+      second_error = e.what();
+    }
+  }
+  CAPTURE(first_error);
+  CAPTURE(second_error);
+  CAPTURE(sender_error);
+  CHECK(first_error.find("timed out") != std::string::npos);
+  CHECK(std::count(into.begin(), into.end(), std::byte{0x11}) == 1000);
+  CHECK(second_error.find("timed out") != std::string::npos);  // the first failure, rethrown
+  CHECK(!sender_error.empty());  // nobody took its message
 }
 
 TEST_CASE("a size mismatch between peers is an error naming the peer, not a hang") {

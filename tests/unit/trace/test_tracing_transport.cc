@@ -1,9 +1,14 @@
 #include <doctest/doctest.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstddef>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "runtime/core/error.h"
 #include "runtime/core/trace.h"
 #include "runtime/net/inproc/inproc_transport.h"
 #include "runtime/net/tracing_transport.h"
@@ -122,4 +127,54 @@ TEST_CASE("TracingTransport over an off tracer passes through and records nothin
   for (auto& t : threads) t.join();
   CHECK(off[0].written() == 0);
   CHECK(off[1].written() == 0);
+}
+
+TEST_CASE("TracingTransport: a trace write that fails after a wait poisons the transport") {
+  // A file size limit makes the kernel refuse the trace's writes past 16 KiB (EFBIG). Rank 1's
+  // messages are posted before rank 0's receives, which take them at once: one thread runs both.
+  TempDir dir;
+  const std::string path = dir.file("part.json");
+  InprocFabric fabric(2, std::chrono::milliseconds(300));
+  dpg::net::Transport& one = fabric.peer(1);
+  Tracer tracer;
+  TracingTransport t(fabric.peer(0), tracer);
+  std::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{};
+  REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
+  rlimit small = old;
+  small.rlim_cur = 16384;
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
+  std::string message;
+  std::vector<std::byte> out(64, std::byte{0x55}), in(64);
+  uint64_t round = 0;
+  try {
+    tracer.open(path, 0, "rank 0", dpg::trace::Options{.flush_events = 16});
+    for (; round < 100000 && message.empty(); ++round) {
+      const Handle sent = one.send(0, Tag{3, round, 0}, out);
+      try {
+        t.wait(t.recv(1, Tag{3, round, 0}, in));
+      } catch (const dpg::Error& e) {
+        message = e.what();
+      }
+      one.wait(sent);  // matched when rank 0 posted
+    }
+  } catch (...) {
+    setrlimit(RLIMIT_FSIZE, &old);
+    throw;
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  CAPTURE(message);
+  REQUIRE(message.find("trace: cannot write") != std::string::npos);
+  // The failure poisoned rank 0's transport: a receive posted now is never written, and its wait
+  // throws the trace's failure, not a timeout.
+  std::vector<std::byte> after(64, std::byte{0x11});
+  const Handle h = t.recv(1, Tag{3, round, 0}, after);
+  CHECK_THROWS_AS(one.wait(one.send(0, Tag{3, round, 0}, out)), dpg::Error);
+  CHECK(std::count(after.begin(), after.end(), std::byte{0x11}) == 64);
+  try {
+    t.wait(h);
+    FAIL("the wait after the failure returned");
+  } catch (const dpg::Error& e) {
+    CHECK(std::string(e.what()).find("trace: cannot write") != std::string::npos);
+  }
 }
