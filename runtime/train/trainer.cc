@@ -418,17 +418,23 @@ long long Trainer::epoch_end(int epoch) const {
 
 TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoch,
                           const std::function<void(const ConsensusReport&)>& on_consensus) {
+  // A step that fails on a check of its own (a malformed reply, a held step) can leave messages
+  // posted into or out of the run state's buffers (the algorithm's among them), which go when
+  // this trainer does: the transport must move no more bytes through them, and the peers learn
+  // now that this one has stopped, and why.
+  const auto poison = [this](const std::string& why) {
+    if (!comm_) return;
+    const std::string own = "rank " + std::to_string(rank()) + ": ";
+    comm_->transport().poison(Code::aborted, own + "stopped on an error of its own: " +
+                                                 (why.rfind(own, 0) == 0 ? why.substr(own.size()) : why));
+  };
   try {
     return run_steps(on_epoch, on_consensus);
+  } catch (const std::exception& e) {
+    poison(e.what());
+    throw;
   } catch (...) {
-    // A step that fails on a check of its own (a malformed reply, a held step) can leave
-    // messages posted into or out of the run state's buffers (the algorithm's among them),
-    // which go when this trainer does: the transport must move no more bytes through them, and
-    // the peers learn now that this one has stopped.
-    if (comm_) {
-      comm_->transport().poison(Code::aborted, "rank " + std::to_string(rank()) +
-                                                   ": stopped on an error of its own (see its log)");
-    }
+    poison("(see its log)");
     throw;
   }
 }

@@ -147,7 +147,8 @@ TEST_CASE("ps-async: a server that fails mid-run makes the others fail naming it
   // Its own failure poisoned its transport: the buffers of what it had posted (gone with its
   // trainer) are never written by a reply that comes later.
   CAPTURE(peers[1].transport_after);
-  CHECK(peers[1].transport_after.find("failed: stopped on an error of its own") !=
+  CHECK(peers[1].transport_after.find(
+            "failed: stopped on an error of its own: injected failure at step 5") !=
         std::string::npos);
   for (int r : {0, 2, 3}) {
     CAPTURE(peers[static_cast<std::size_t>(r)].error);
