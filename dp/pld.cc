@@ -79,17 +79,21 @@ template <class T> struct FftwBuffer {
   std::size_t size;
 };
 
-// The transform's buffers, kept by each thread for its later calls: touching fresh pages costs
+// The transforms' buffers, kept by each thread for its later calls: touching fresh pages costs
 // more than the transforms themselves (measured: 7 ms against 1 ms for 2^17 points). They only
-// grow, to at most the largest window the thread has composed (max_points: about 50 MiB).
+// grow, to at most the largest window the thread has composed (max_points: about 100 MiB, half
+// of it the long double forward transform's).
 struct Workspace {
-  std::unique_ptr<FftwBuffer<double>> real;
-  std::unique_ptr<FftwBuffer<std::complex<double>>> spectrum, product;
+  std::unique_ptr<FftwBuffer<long double>> step;                 // one step's PMF, folded
+  std::unique_ptr<FftwBuffer<std::complex<long double>>> spectrum;  // its transform
+  std::unique_ptr<FftwBuffer<std::complex<double>>> product;     // the composition's transform
+  std::unique_ptr<FftwBuffer<double>> real;                      // the composition
   void reserve(std::size_t n) {
     if (real && real->size >= n) return;
-    real = std::make_unique<FftwBuffer<double>>(n);
-    spectrum = std::make_unique<FftwBuffer<std::complex<double>>>(n / 2 + 1);
+    step = std::make_unique<FftwBuffer<long double>>(n);
+    spectrum = std::make_unique<FftwBuffer<std::complex<long double>>>(n / 2 + 1);
     product = std::make_unique<FftwBuffer<std::complex<double>>>(n / 2 + 1);
+    real = std::make_unique<FftwBuffer<double>>(n);
   }
 };
 
@@ -97,12 +101,19 @@ struct Workspace {
 // returned (LeakSanitizer, tests/sanitize/run.sh, counts an undestroyed plan as a leak).
 struct DestroyPlan {
   void operator()(fftw_plan p) const { fftw_destroy_plan(p); }
+  void operator()(fftwl_plan p) const { fftwl_destroy_plan(p); }
 };
 using Plan = std::unique_ptr<std::remove_pointer_t<fftw_plan>, DestroyPlan>;
+using LongPlan = std::unique_ptr<std::remove_pointer_t<fftwl_plan>, DestroyPlan>;
 
+// The forward transform is in long double (x86's 64-bit significand, 2^11 finer than double's):
+// its rounding, about 1e-16 of a bin in double, is raised to the number of steps with the bin
+// and so grows to steps * 1e-16 relative, which decided epsilon at small deltas (pld.h). The
+// powers are taken in long double too; the product and the inverse, where nothing is amplified,
+// stay in double.
 struct Transforms {
-  Plan forward;  // real n -> complex n/2 + 1
-  Plan inverse;  // complex n/2 + 1 -> real n (unnormalised; destroys its input)
+  LongPlan forward;  // real n -> complex n/2 + 1, long double
+  Plan inverse;      // complex n/2 + 1 -> real n (unnormalised; destroys its input)
 };
 
 // The plans for length n, made once per length and kept for the process: FFTW's planner is not
@@ -114,10 +125,12 @@ const Transforms& transforms(std::size_t n) {
   std::lock_guard lock(mutex);
   auto it = plans.find(n);
   if (it != plans.end()) return it->second;
+  FftwBuffer<long double> step(n);
+  FftwBuffer<fftwl_complex> step_spectrum(n / 2 + 1);
   FftwBuffer<double> real(n);
   FftwBuffer<fftw_complex> spectrum(n / 2 + 1);
   const int len = static_cast<int>(n);
-  Transforms t{Plan(fftw_plan_dft_r2c_1d(len, real.data, spectrum.data, FFTW_ESTIMATE)),
+  Transforms t{LongPlan(fftwl_plan_dft_r2c_1d(len, step.data, step_spectrum.data, FFTW_ESTIMATE)),
                Plan(fftw_plan_dft_c2r_1d(len, spectrum.data, real.data, FFTW_ESTIMATE))};
   if (!t.forward || !t.inverse)
     fail(Code::internal, "FFTW could not plan a transform of length " + std::to_string(n));
@@ -126,12 +139,12 @@ const Transforms& transforms(std::size_t n) {
 
 // z^n by squaring, with the plain product (std::complex's operator* also handles inf and NaN,
 // through a library call per product, which costs more than the whole transform here).
-std::complex<double> power(std::complex<double> z, long long n) {
-  const auto mul = [](std::complex<double> a, std::complex<double> b) {
-    return std::complex<double>(a.real() * b.real() - a.imag() * b.imag(),
-                                a.real() * b.imag() + a.imag() * b.real());
+std::complex<long double> power(std::complex<long double> z, long long n) {
+  const auto mul = [](std::complex<long double> a, std::complex<long double> b) {
+    return std::complex<long double>(a.real() * b.real() - a.imag() * b.imag(),
+                                     a.real() * b.imag() + a.imag() * b.real());
   };
-  std::complex<double> r = 1.0;
+  std::complex<long double> r = 1.0L;
   while (n > 0) {
     if (n & 1) r = mul(r, z);
     z = mul(z, z);
@@ -268,9 +281,10 @@ GridPmf compose(const std::vector<std::shared_ptr<const StepPmf>>& steps_pmfs,
   const Transforms& plan = transforms(n);
   thread_local Workspace workspace;
   workspace.reserve(n);
-  double* real = workspace.real->data;
-  std::complex<double>* spectrum = workspace.spectrum->data;
+  long double* step = workspace.step->data;
+  std::complex<long double>* spectrum = workspace.spectrum->data;
   std::complex<double>* product = workspace.product->data;
+  double* real = workspace.real->data;
   const std::size_t bins = n / 2 + 1;
   std::fill(product, product + bins, std::complex<double>(1.0));
   double log_no_infinity = 0;  // log P(no step's loss is +inf)
@@ -279,20 +293,21 @@ GridPmf compose(const std::vector<std::shared_ptr<const StepPmf>>& steps_pmfs,
     const GridPmf& pmf = steps_pmfs[g]->pmf;
     // Fold the PMF modulo n: the transform is circular, so this changes nothing that the
     // circular convolution would not fold anyway.
-    std::fill(real, real + n, 0.0);
-    for (std::size_t i = 0; i < pmf.probs.size(); ++i) real[i % n] += pmf.probs[i];
-    fftw_execute_dft_r2c(plan.forward.get(), real, reinterpret_cast<fftw_complex*>(spectrum));
+    std::fill(step, step + n, 0.0L);
+    for (std::size_t i = 0; i < pmf.probs.size(); ++i) step[i % n] += pmf.probs[i];
+    fftwl_execute_dft_r2c(plan.forward.get(), step, reinterpret_cast<fftwl_complex*>(spectrum));
     // A bin whose power underflows (|z|^steps < e^-745) is 0: with a window of some 16
     // standard deviations of the composed loss, all but the lowest hundred or so frequencies
     // are, so this check saves most of the squarings.
-    const double negligible = std::exp(-2.0 * 745.0 / static_cast<double>(steps[g]));
+    const long double negligible = std::exp(-2.0L * 745.0L / static_cast<long double>(steps[g]));
     for (std::size_t k = 0; k < bins; ++k) {
       if (product[k] == 0.0) continue;
       if (std::norm(spectrum[k]) < negligible) {
         product[k] = 0.0;
         continue;
       }
-      const std::complex<double> p = power(spectrum[k], steps[g]);
+      const std::complex<long double> pl = power(spectrum[k], steps[g]);
+      const std::complex<double> p(static_cast<double>(pl.real()), static_cast<double>(pl.imag()));
       product[k] = {product[k].real() * p.real() - product[k].imag() * p.imag(),
                     product[k].real() * p.imag() + product[k].imag() * p.real()};
     }

@@ -50,9 +50,13 @@
 // Bounds on memory and time: one-step PMFs and the window are held to `max_points` grid points.
 // When a case needs more (a very small sigma, or so many steps that epsilon is in the hundreds)
 // the interval doubles until it fits: the result stays a valid bound, only coarser, and the
-// interval actually used is returned. The FFT's own rounding (about 1e-16 of the largest
-// probability per point) is not accounted, as in dp_accounting and Opacus's PRV accountant; its
-// pointwise powers lose about steps * 1e-16 relative, so the number of steps is capped at 1e9.
+// interval actually used is returned. The FFT's own rounding is not accounted, as in
+// dp_accounting and Opacus's PRV accountant, but it is kept small where it matters: the forward
+// transform's rounding of a bin is raised to the number of steps with it (a relative error of
+// about steps * u), so that transform and the powers are in long double (u = 5e-20 on x86-64,
+// against double's 1.1e-16); the inverse, which amplifies nothing, is in double. In double the
+// amplified rounding decided epsilon at small deltas (below kPldMinDelta). The number of steps
+// is capped at 1e9.
 //
 // Pure in what it returns: no I/O, and every result depends on the arguments only. It keeps
 // state that only saves work: FFTW's plans, one per transform length, made under a mutex (FFTW's
@@ -77,22 +81,23 @@ struct PoissonGaussian {
 
 // Default grid interval h, also dp_accounting's. Measured (docs/PRIVACY.md): at 1e-4 the
 // pessimistic epsilon is within 1e-5 of the converged value for the published cases, and one
-// evaluation of 586 or 2250 steps takes 4-11 ms of CPU once a process has made one, 50-110 ms the
-// first time (FFTW's planning, first-touched buffers).
+// evaluation of 586 or 2250 steps takes milliseconds once a process has made one, tens of
+// milliseconds the first time (FFTW's planning, first-touched buffers; docs/BENCHMARKS.md).
 inline constexpr double kPldDefaultInterval = 1e-4;
-// The most grid points held at once (one-step PMF or composed window): 2^21 doubles, so about
-// 50 MiB with the transform's buffers.
+// The most grid points held at once (one-step PMF or composed window): 2^21, so about 100 MiB
+// with the transforms' buffers (a long double and a double of each point, and their spectra).
 inline constexpr std::size_t kPldMaxPoints = std::size_t{1} << 21;
 // The most steps the FFT's pointwise powers keep precise (see above).
 inline constexpr long long kPldMaxSteps = 1'000'000'000;
 
 // The smallest delta the PLD accountant answers for. Against the exact epsilon of the Gaussian
-// mechanism (q = 1, 300 to 1e6 steps, epsilon 2 to 42), its pessimistic epsilon held as an upper
-// bound at every delta from 1e-8 up, and fell below the exact one at 1e-9 and smaller, by up to
-// 0.08 at 1e-12 (the tail that decides epsilon there holds probabilities near the rounding of the
-// transforms, and the error grows with the steps). Below this delta the RDP accountant, a valid
-// bound at any delta, is the one to use: pld_epsilon refuses it (docs/PRIVACY.md).
-inline constexpr double kPldMinDelta = 1e-8;
+// mechanism (q = 1, 100 to 1e6 steps, epsilon 7 to 50), its pessimistic epsilon held as an upper
+// bound at every delta down to 1e-14, within 1e-3 of the exact one down to 1e-12 up to 1e5
+// steps (docs/PRIVACY.md). With the forward transforms in double it fell below the exact one
+// from 1e-8 down, by up to 0.055 at 1e-12: the reason they are in long double (pld.cc). Below
+// 1e-12 the tail mass left out (1e-15) weighs on delta, and the RDP accountant, a valid bound
+// at any delta, is the one to use: pld_epsilon refuses it.
+inline constexpr double kPldMinDelta = 1e-12;
 
 enum class PldEstimate {
   pessimistic,  // an upper bound on the true epsilon (delta): what is reported
