@@ -79,21 +79,30 @@ template <class T> struct FftwBuffer {
   std::size_t size;
 };
 
-// The transforms' buffers, kept by each thread for its later calls: touching fresh pages costs
-// more than the transforms themselves (measured: 7 ms against 1 ms for 2^17 points). They only
-// grow, to at most the largest window the thread has composed (max_points: about 100 MiB, half
-// of it the long double forward transform's).
+// The transforms' buffers in one precision, kept by each thread for its later calls: touching
+// fresh pages costs more than the transforms themselves (measured: 7 ms against 1 ms for 2^17
+// points). They only grow, to at most the largest window the thread has composed (max_points:
+// about 50 MiB in double, 100 MiB more where long double was used).
+template <class F> struct Buffers {
+  std::unique_ptr<FftwBuffer<F>> real;                    // a step's PMF folded; the composition
+  std::unique_ptr<FftwBuffer<std::complex<F>>> spectrum;  // its transform
+  F* reserve(std::size_t n) {
+    if (!real || real->size < n) {
+      real = std::make_unique<FftwBuffer<F>>(n);
+      spectrum = std::make_unique<FftwBuffer<std::complex<F>>>(n / 2 + 1);
+    }
+    return real->data;
+  }
+};
 struct Workspace {
-  std::unique_ptr<FftwBuffer<long double>> step;                 // one step's PMF, folded
-  std::unique_ptr<FftwBuffer<std::complex<long double>>> spectrum;  // its transform
-  std::unique_ptr<FftwBuffer<std::complex<double>>> product;     // the composition's transform
-  std::unique_ptr<FftwBuffer<double>> real;                      // the composition
-  void reserve(std::size_t n) {
-    if (real && real->size >= n) return;
-    step = std::make_unique<FftwBuffer<long double>>(n);
-    spectrum = std::make_unique<FftwBuffer<std::complex<long double>>>(n / 2 + 1);
-    product = std::make_unique<FftwBuffer<std::complex<double>>>(n / 2 + 1);
-    real = std::make_unique<FftwBuffer<double>>(n);
+  Buffers<double> plain;
+  Buffers<long double> extended;  // the forward transforms below kPldLongDoubleBelow
+  std::unique_ptr<FftwBuffer<std::complex<double>>> product;  // the composition's transform
+  void reserve(std::size_t n, bool with_extended) {
+    plain.reserve(n);
+    if (with_extended) extended.reserve(n);
+    if (!product || product->size < n / 2 + 1)
+      product = std::make_unique<FftwBuffer<std::complex<double>>>(n / 2 + 1);
   }
 };
 
@@ -106,45 +115,62 @@ struct DestroyPlan {
 using Plan = std::unique_ptr<std::remove_pointer_t<fftw_plan>, DestroyPlan>;
 using LongPlan = std::unique_ptr<std::remove_pointer_t<fftwl_plan>, DestroyPlan>;
 
-// The forward transform is in long double (x86's 64-bit significand, 2^11 finer than double's):
-// its rounding, about 1e-16 of a bin in double, is raised to the number of steps with the bin
-// and so grows to steps * 1e-16 relative, which decided epsilon at small deltas (pld.h). The
-// powers are taken in long double too; the product and the inverse, where nothing is amplified,
-// stay in double.
+// The plans of one length: the inverse and the forward transform in double, and, made when first
+// asked for, the forward transform in long double (x86's 64-bit significand, 2^11 finer than
+// double's). A forward transform's rounding, about 1e-16 of a bin in double, is raised to the
+// number of steps with the bin and so grows to steps * 1e-16 relative, which decided epsilon at
+// small deltas (pld.h, kPldLongDoubleBelow); the inverse amplifies nothing.
 struct Transforms {
-  LongPlan forward;  // real n -> complex n/2 + 1, long double
-  Plan inverse;      // complex n/2 + 1 -> real n (unnormalised; destroys its input)
+  Plan forward;           // real n -> complex n/2 + 1
+  Plan inverse;           // complex n/2 + 1 -> real n (unnormalised; destroys its input)
+  LongPlan forward_long;  // real n -> complex n/2 + 1 in long double, or null until asked for
 };
 
 // The plans for length n, made once per length and kept for the process: FFTW's planner is not
 // thread-safe (executing a plan on new arrays is), so planning is serialised here. Lengths come
 // from fft_length, so at most two per power of two up to max_points are ever kept.
-const Transforms& transforms(std::size_t n) {
+const Transforms& transforms(std::size_t n, bool with_long) {
   static std::mutex mutex;
   static std::map<std::size_t, Transforms> plans;
   std::lock_guard lock(mutex);
-  auto it = plans.find(n);
-  if (it != plans.end()) return it->second;
-  FftwBuffer<long double> step(n);
-  FftwBuffer<fftwl_complex> step_spectrum(n / 2 + 1);
-  FftwBuffer<double> real(n);
-  FftwBuffer<fftw_complex> spectrum(n / 2 + 1);
   const int len = static_cast<int>(n);
-  Transforms t{LongPlan(fftwl_plan_dft_r2c_1d(len, step.data, step_spectrum.data, FFTW_ESTIMATE)),
-               Plan(fftw_plan_dft_c2r_1d(len, spectrum.data, real.data, FFTW_ESTIMATE))};
-  if (!t.forward || !t.inverse)
-    fail(Code::internal, "FFTW could not plan a transform of length " + std::to_string(n));
-  return plans.emplace(n, std::move(t)).first->second;
+  auto it = plans.find(n);
+  if (it == plans.end()) {
+    FftwBuffer<double> real(n);
+    FftwBuffer<fftw_complex> spectrum(n / 2 + 1);
+    Transforms t{Plan(fftw_plan_dft_r2c_1d(len, real.data, spectrum.data, FFTW_ESTIMATE)),
+                 Plan(fftw_plan_dft_c2r_1d(len, spectrum.data, real.data, FFTW_ESTIMATE)), {}};
+    if (!t.forward || !t.inverse)
+      fail(Code::internal, "FFTW could not plan a transform of length " + std::to_string(n));
+    it = plans.emplace(n, std::move(t)).first;
+  }
+  if (with_long && !it->second.forward_long) {
+    FftwBuffer<long double> real(n);
+    FftwBuffer<fftwl_complex> spectrum(n / 2 + 1);
+    it->second.forward_long =
+        LongPlan(fftwl_plan_dft_r2c_1d(len, real.data, spectrum.data, FFTW_ESTIMATE));
+    if (!it->second.forward_long)
+      fail(Code::internal, "FFTW could not plan a long double transform of length " +
+                               std::to_string(n));
+  }
+  return it->second;
+}
+
+void forward(const Transforms& t, double* in, std::complex<double>* out) {
+  fftw_execute_dft_r2c(t.forward.get(), in, reinterpret_cast<fftw_complex*>(out));
+}
+void forward(const Transforms& t, long double* in, std::complex<long double>* out) {
+  fftwl_execute_dft_r2c(t.forward_long.get(), in, reinterpret_cast<fftwl_complex*>(out));
 }
 
 // z^n by squaring, with the plain product (std::complex's operator* also handles inf and NaN,
 // through a library call per product, which costs more than the whole transform here).
-std::complex<long double> power(std::complex<long double> z, long long n) {
-  const auto mul = [](std::complex<long double> a, std::complex<long double> b) {
-    return std::complex<long double>(a.real() * b.real() - a.imag() * b.imag(),
-                                     a.real() * b.imag() + a.imag() * b.real());
+template <class F> std::complex<F> power(std::complex<F> z, long long n) {
+  const auto mul = [](std::complex<F> a, std::complex<F> b) {
+    return std::complex<F>(a.real() * b.real() - a.imag() * b.imag(),
+                           a.real() * b.imag() + a.imag() * b.real());
   };
-  std::complex<long double> r = 1.0L;
+  std::complex<F> r = 1;
   while (n > 0) {
     if (n & 1) r = mul(r, z);
     z = mul(z, z);
@@ -267,53 +293,61 @@ Window chernoff_window(const std::vector<std::shared_ptr<const StepPmf>>& pmfs,
   return w;
 }
 
-// The pmfs of `groups` composed, each `steps` times, at `interval`; empty probs when the window
-// would exceed max_points (the caller coarsens).
+// Multiplies `product` by the transform of `pmf` raised to `steps`, both taken in F.
+template <class F>
+void multiply_power(const Transforms& plan, Buffers<F>& b, std::size_t n, const GridPmf& pmf,
+                    long long steps, std::complex<double>* product) {
+  F* folded = b.real->data;
+  std::complex<F>* spectrum = b.spectrum->data;
+  // Fold the PMF modulo n: the transform is circular, so this changes nothing that the circular
+  // convolution would not fold anyway.
+  std::fill(folded, folded + n, F(0));
+  for (std::size_t i = 0; i < pmf.probs.size(); ++i) folded[i % n] += pmf.probs[i];
+  forward(plan, folded, spectrum);
+  // A bin whose power underflows (|z|^steps < e^-745) is 0: with a window of some 16 standard
+  // deviations of the composed loss, all but the lowest hundred or so frequencies are, so this
+  // check saves most of the squarings.
+  const F negligible = std::exp(F(-2 * 745.0) / static_cast<F>(steps));
+  for (std::size_t k = 0; k < n / 2 + 1; ++k) {
+    if (product[k] == 0.0) continue;
+    if (std::norm(spectrum[k]) < negligible) {
+      product[k] = 0.0;
+      continue;
+    }
+    const std::complex<F> pf = power(spectrum[k], steps);
+    const std::complex<double> p(static_cast<double>(pf.real()), static_cast<double>(pf.imag()));
+    product[k] = {product[k].real() * p.real() - product[k].imag() * p.imag(),
+                  product[k].real() * p.imag() + product[k].imag() * p.real()};
+  }
+}
+
+// The pmfs of `groups` composed, each `steps` times, at `interval`, their forward transforms in
+// long double when `extended`; empty probs when the window would exceed max_points (the caller
+// coarsens).
 GridPmf compose(const std::vector<std::shared_ptr<const StepPmf>>& steps_pmfs,
                 const std::vector<long long>& steps, double interval, const PldOptions& o,
-                bool pessimistic, double* window_points) {
+                bool pessimistic, bool extended, double* window_points) {
   const Window w = chernoff_window(steps_pmfs, steps, interval, o.tail_mass);
   *window_points = w.upper - w.lower + 1;
   GridPmf out;
   if (*window_points > static_cast<double>(o.max_points)) return out;
   const std::size_t width = static_cast<std::size_t>(*window_points);
   const std::size_t n = fft_length(width);
-  const Transforms& plan = transforms(n);
+  const Transforms& plan = transforms(n, extended);
   thread_local Workspace workspace;
-  workspace.reserve(n);
-  long double* step = workspace.step->data;
-  std::complex<long double>* spectrum = workspace.spectrum->data;
+  workspace.reserve(n, extended);
   std::complex<double>* product = workspace.product->data;
-  double* real = workspace.real->data;
-  const std::size_t bins = n / 2 + 1;
-  std::fill(product, product + bins, std::complex<double>(1.0));
+  std::fill(product, product + n / 2 + 1, std::complex<double>(1.0));
   double log_no_infinity = 0;  // log P(no step's loss is +inf)
   long long offset = 0;
   for (std::size_t g = 0; g < steps_pmfs.size(); ++g) {
     const GridPmf& pmf = steps_pmfs[g]->pmf;
-    // Fold the PMF modulo n: the transform is circular, so this changes nothing that the
-    // circular convolution would not fold anyway.
-    std::fill(step, step + n, 0.0L);
-    for (std::size_t i = 0; i < pmf.probs.size(); ++i) step[i % n] += pmf.probs[i];
-    fftwl_execute_dft_r2c(plan.forward.get(), step, reinterpret_cast<fftwl_complex*>(spectrum));
-    // A bin whose power underflows (|z|^steps < e^-745) is 0: with a window of some 16
-    // standard deviations of the composed loss, all but the lowest hundred or so frequencies
-    // are, so this check saves most of the squarings.
-    const long double negligible = std::exp(-2.0L * 745.0L / static_cast<long double>(steps[g]));
-    for (std::size_t k = 0; k < bins; ++k) {
-      if (product[k] == 0.0) continue;
-      if (std::norm(spectrum[k]) < negligible) {
-        product[k] = 0.0;
-        continue;
-      }
-      const std::complex<long double> pl = power(spectrum[k], steps[g]);
-      const std::complex<double> p(static_cast<double>(pl.real()), static_cast<double>(pl.imag()));
-      product[k] = {product[k].real() * p.real() - product[k].imag() * p.imag(),
-                    product[k].real() * p.imag() + product[k].imag() * p.real()};
-    }
+    if (extended) multiply_power(plan, workspace.extended, n, pmf, steps[g], product);
+    else multiply_power(plan, workspace.plain, n, pmf, steps[g], product);
     log_no_infinity += static_cast<double>(steps[g]) * std::log1p(-pmf.infinity);
     offset += steps[g] * pmf.offset;
   }
+  double* real = workspace.plain.real->data;
   fftw_execute_dft_c2r(plan.inverse.get(), reinterpret_cast<fftw_complex*>(product), real);
   // Sums outside the window fold into it (at most tail_mass in all); take the window.
   const long long lower = static_cast<long long>(w.lower);
@@ -339,7 +373,7 @@ GridPmf compose(const std::vector<std::shared_ptr<const StepPmf>>& steps_pmfs,
 // One direction of `groups` composed, at the options' interval or the smallest power-of-two
 // multiple of it at which every PMF and the window fit in max_points.
 Composed compose_direction(const std::vector<PoissonGaussian>& groups, Direction dir,
-                           bool pessimistic, const PldOptions& o) {
+                           bool pessimistic, bool extended, const PldOptions& o) {
   std::vector<long long> steps;
   for (const PoissonGaussian& g : groups) steps.push_back(g.steps);
   // For q = 1 the two directions' PLDs coincide (the pair is mirrored); remove's is used.
@@ -372,7 +406,7 @@ Composed compose_direction(const std::vector<PoissonGaussian>& groups, Direction
     for (const PoissonGaussian& g : groups)
       pmfs.push_back(step_pmf(g, dir_of(g), pessimistic, interval));
     double window = 0;
-    GridPmf pmf = compose(pmfs, steps, interval, o, pessimistic, &window);
+    GridPmf pmf = compose(pmfs, steps, interval, o, pessimistic, extended, &window);
     if (!pmf.probs.empty()) return {std::move(pmf), interval};
     // The window scales as 1 / interval: coarsen by the power of two that brings it under.
     interval *= std::exp2(std::ceil(std::log2(window / static_cast<double>(o.max_points))));
@@ -411,10 +445,11 @@ double delta_of(const Composed& c, double eps) {
   return std::min(d, 1.0);
 }
 
-// Both directions (one when every q is 1), each evaluated by `value`, the larger kept.
+// Both directions (one when every q is 1), each evaluated by `value`, the larger kept; the
+// forward transforms in long double when `extended`.
 template <class F>
 PldResult worst_direction(std::span<const PoissonGaussian> history, PldEstimate estimate,
-                          const PldOptions& o, F value) {
+                          bool extended, const PldOptions& o, F value) {
   const std::vector<PoissonGaussian> groups = groups_of(history, o);
   PldResult r{0.0, o.interval};
   if (groups.empty()) return r;
@@ -424,7 +459,7 @@ PldResult worst_direction(std::span<const PoissonGaussian> history, PldEstimate 
   bool first = true;
   for (Direction dir : {Direction::remove, Direction::add}) {
     if (dir == Direction::add && all_full) break;
-    const Composed c = compose_direction(groups, dir, pessimistic, o);
+    const Composed c = compose_direction(groups, dir, pessimistic, extended, o);
     const double v = value(c);
     r.value = first ? v : std::max(r.value, v);
     r.interval = std::max(r.interval, c.interval);
@@ -440,22 +475,25 @@ PldResult pld_epsilon(std::span<const PoissonGaussian> history, double delta, Pl
   checks::check_delta(delta, "delta");
   if (delta < kPldMinDelta) {
     bad_argument("delta: the PLD accountant is checked down to " + str(kPldMinDelta) +
-                 " (below, the rounding of its transforms can put epsilon under the true one); "
-                 "for delta " + str(delta) + " use the RDP accountant (--accountant rdp)");
+                 " (below, the tail mass it leaves out weighs on delta); for delta " + str(delta) +
+                 " use the RDP accountant (--accountant rdp)");
   }
   // The optimistic side asks for delta + tail_mass: the mass folded into its window may have
   // raised its delta by up to tail_mass / 2, and its epsilon must stay below the true one.
   const double target =
       estimate == PldEstimate::optimistic ? std::min(delta + options.tail_mass, 1.0) : delta;
-  return worst_direction(history, estimate, options,
+  return worst_direction(history, estimate, delta < kPldLongDoubleBelow, options,
                          [&](const Composed& c) { return epsilon_of(c, target); });
 }
 
 PldResult pld_delta(std::span<const PoissonGaussian> history, double epsilon, PldEstimate estimate,
                     const PldOptions& options) {
   if (!std::isfinite(epsilon)) bad_argument("epsilon must be finite, got " + str(epsilon));
-  PldResult r = worst_direction(history, estimate, options,
-                                [&](const Composed& c) { return delta_of(c, epsilon); });
+  const auto delta_at = [&](const Composed& c) { return delta_of(c, epsilon); };
+  PldResult r = worst_direction(history, estimate, false, options, delta_at);
+  // A small delta is decided by bins near the double transform's amplified rounding: again,
+  // with the forward transforms in long double.
+  if (r.value < kPldLongDoubleBelow) r = worst_direction(history, estimate, true, options, delta_at);
   if (estimate == PldEstimate::optimistic) r.value = std::max(r.value - options.tail_mass, 0.0);
   return r;
 }

@@ -183,6 +183,10 @@ TEST_CASE("small delta: an upper bound at kPldMinDelta, refused below it") {
     CHECK(std::fabs(exact - c.exact) < 1e-5);  // this file's reference agrees with mpmath's
     CHECK(pess >= exact);
     CHECK(pess - exact < 1e-3);
+    // And the delta at the exact epsilon is at least the exact delta (pld_delta goes to long
+    // double when its double estimate is small).
+    const dp::PoissonGaussian run{1.0, sigma, c.steps};
+    CHECK(dp::pld_delta({&run, 1}, exact, PldEstimate::pessimistic).value >= dp::kPldMinDelta);
     const std::string why = error_message(
         [&] { pld_eps(1.0, sigma, c.steps, dp::kPldMinDelta / 10, PldEstimate::pessimistic); });
     CHECK(contains(why, "the PLD accountant is checked down to 1e-12"));
