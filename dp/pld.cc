@@ -82,7 +82,7 @@ template <class T> struct FftwBuffer {
 // The transforms' buffers in one precision, kept by each thread for its later calls: touching
 // fresh pages costs more than the transforms themselves (measured: 7 ms against 1 ms for 2^17
 // points). They only grow, to at most the largest window the thread has composed (max_points:
-// about 50 MiB in double, 100 MiB more where long double was used).
+// about 50 MiB in double, 64 MiB more where long double was used).
 template <class F> struct Buffers {
   std::unique_ptr<FftwBuffer<F>> real;                    // a step's PMF folded; the composition
   std::unique_ptr<FftwBuffer<std::complex<F>>> spectrum;  // its transform

@@ -85,7 +85,7 @@ struct PoissonGaussian {
 // milliseconds the first time (FFTW's planning, first-touched buffers; docs/BENCHMARKS.md).
 inline constexpr double kPldDefaultInterval = 1e-4;
 // The most grid points held at once (one-step PMF or composed window): 2^21, so about 50 MiB
-// with the transforms' buffers, and 50 MiB more where a long double transform was used.
+// with the transforms' buffers, and 64 MiB more where a long double transform was used.
 inline constexpr std::size_t kPldMaxPoints = std::size_t{1} << 21;
 // The most steps the FFT's pointwise powers keep precise (see above).
 inline constexpr long long kPldMaxSteps = 1'000'000'000;
