@@ -1,9 +1,7 @@
 #include <doctest/doctest.h>
-#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -308,15 +306,10 @@ TEST_CASE("a write that fails mid-run throws from the recording call and again f
   TempDir dir;
   const std::string path = dir.file("part.json");
   // A file size limit makes the kernel refuse writes past 16 KiB with EFBIG.
-  std::signal(SIGXFSZ, SIG_IGN);
-  rlimit old{};
-  REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
-  rlimit small = old;
-  small.rlim_cur = 16384;
-  REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
   Tracer tracer;
   std::string message;
-  try {
+  {
+    const dpg::trace::testing::FileSizeLimit limit(16384);
     tracer.open(path, 0, "rank 0", dpg::trace::Options{.flush_events = 16});
     for (int i = 0; i < 100000 && message.empty(); ++i) {
       try {
@@ -325,11 +318,7 @@ TEST_CASE("a write that fails mid-run throws from the recording call and again f
         message = e.what();
       }
     }
-  } catch (...) {
-    setrlimit(RLIMIT_FSIZE, &old);
-    throw;
   }
-  setrlimit(RLIMIT_FSIZE, &old);
   CHECK(message.find(path) != std::string::npos);
   CHECK_FALSE(tracer.on());
   // A Span after the failure records nothing and does not throw.

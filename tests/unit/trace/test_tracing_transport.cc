@@ -1,8 +1,6 @@
 #include <doctest/doctest.h>
-#include <sys/resource.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cstddef>
 #include <string>
 #include <thread>
@@ -138,16 +136,11 @@ TEST_CASE("TracingTransport: a trace write that fails after a wait poisons the t
   dpg::net::Transport& one = fabric.peer(1);
   Tracer tracer;
   TracingTransport t(fabric.peer(0), tracer);
-  std::signal(SIGXFSZ, SIG_IGN);
-  rlimit old{};
-  REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
-  rlimit small = old;
-  small.rlim_cur = 16384;
-  REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
   std::string message;
   std::vector<std::byte> out(64, std::byte{0x55}), in(64);
   uint64_t round = 0;
-  try {
+  {
+    const dpg::trace::testing::FileSizeLimit limit(16384);
     tracer.open(path, 0, "rank 0", dpg::trace::Options{.flush_events = 16});
     for (; round < 100000 && message.empty(); ++round) {
       const Handle sent = one.send(0, Tag{3, round, 0}, out);
@@ -158,11 +151,7 @@ TEST_CASE("TracingTransport: a trace write that fails after a wait poisons the t
       }
       one.wait(sent);  // matched when rank 0 posted
     }
-  } catch (...) {
-    setrlimit(RLIMIT_FSIZE, &old);
-    throw;
   }
-  setrlimit(RLIMIT_FSIZE, &old);
   CAPTURE(message);
   REQUIRE(message.find("trace: cannot write") != std::string::npos);
   // The failure poisoned rank 0's transport: a receive posted now is never written, and its wait

@@ -2,9 +2,13 @@
 #pragma once
 
 #include <atomic>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +34,25 @@ struct TempDir {
     std::filesystem::remove_all(path, ec);
   }
   std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+// While it lives, the kernel refuses this process's writes past `bytes` of a file with EFBIG
+// (SIGXFSZ ignored), so that a trace write fails mid-run; the old limit is put back after.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    if (getrlimit(RLIMIT_FSIZE, &old_) != 0) throw std::runtime_error("getrlimit failed");
+    rlimit small = old_;
+    small.rlim_cur = bytes;
+    if (setrlimit(RLIMIT_FSIZE, &small) != 0) throw std::runtime_error("setrlimit failed");
+  }
+  ~FileSizeLimit() { setrlimit(RLIMIT_FSIZE, &old_); }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit old_{};
 };
 
 inline nlohmann::json parse_file(const std::string& path) {
