@@ -86,12 +86,10 @@ template <class T> struct FftwBuffer {
 template <class F> struct Buffers {
   std::unique_ptr<FftwBuffer<F>> real;                    // a step's PMF folded; the composition
   std::unique_ptr<FftwBuffer<std::complex<F>>> spectrum;  // its transform
-  F* reserve(std::size_t n) {
-    if (!real || real->size < n) {
-      real = std::make_unique<FftwBuffer<F>>(n);
-      spectrum = std::make_unique<FftwBuffer<std::complex<F>>>(n / 2 + 1);
-    }
-    return real->data;
+  void reserve(std::size_t n) {
+    if (real && real->size >= n) return;
+    real = std::make_unique<FftwBuffer<F>>(n);
+    spectrum = std::make_unique<FftwBuffer<std::complex<F>>>(n / 2 + 1);
   }
 };
 struct Workspace {

@@ -59,18 +59,11 @@ void RoutedTransport::wait(Handle handle) {
   try {
     parts_[part]->wait(handle);
   } catch (const Error& e) {
-    Error first = e;
-    {
-      std::lock_guard lock(mu_);
-      if (!first_failure_) first_failure_.emplace(e);
-      first = *first_failure_;
-    }
     // The other part too: its operations still posted must move no more bytes once the caller,
     // told of the failure, frees their buffers; and its peers learn of the failure at once.
-    for (auto& p : parts_) {
-      if (p) p->poison(first.code(), first.what());
-    }
-    throw first;
+    poison(e.code(), e.what());
+    rethrow_first();
+    throw;
   }
 }
 
@@ -79,6 +72,7 @@ void RoutedTransport::poison(Code code, const std::string& message) {
     std::lock_guard lock(mu_);
     if (!first_failure_) first_failure_.emplace(code, message);
   }
+  // A part already failed keeps its own first failure (poison is a no-op there).
   for (auto& p : parts_) {
     if (p) p->poison(code, message);
   }
