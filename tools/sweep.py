@@ -33,7 +33,6 @@ over is there but is not a regular file.
 import argparse
 import collections
 import itertools
-import json
 import os
 import shlex
 import shutil
@@ -195,12 +194,9 @@ def load_sweep(path, out=None):
     except metrics.MetricsError as e:  # cannot read, or not UTF-8: the message names the file
         raise SweepError(str(e)) from None
     try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SweepError(f"{path}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})") \
-            from None
-    except RecursionError:  # the decoder recurses per level: '[' * 100000 overflows the stack
-        raise SweepError(f"{path}: not valid JSON (nested too deeply)") from None
+        spec = trace_summary.parse_json(text, path)
+    except ValueError as e:  # not JSON, or nested too deeply: the message names the file
+        raise SweepError(str(e)) from None
     return parse_sweep(path, spec, out)
 
 

@@ -88,7 +88,8 @@ class TooDeep(ValueError):
 
 def parse_json(text, where):
     """json.loads; ValueError naming `where` when `text` is not JSON, or is nested too deeply
-    (the decoder recurses per level: '[' * 100000 would be a RecursionError)."""
+    (the decoder recurses per level: '[' * 100000 would be a RecursionError). merge_traces.py
+    and sweep.py parse with it too."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
