@@ -155,8 +155,7 @@ TEST_CASE("trainer: a fraction of an epoch is one epoch of at least one step, re
     CAPTURE(epochs);
     CHECK(dpg::epoch_count(c) == count);
   }
-  c.epochs = 1e-9;
-  CHECK(dpg::epoch_count(c) == 1);
+  c.epochs = 1e-9;  // the table's first row, now run
   dpg::data::Prepared data{blobs(1000, 1), blobs(200, 2), {}};
   dpg::train::Trainer trainer(c, data);
   CHECK(trainer.total_steps() == 1);
