@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "apps/commands.h"
+#include "apps/parse.h"
 #include "runtime/core/json_io.h"
 #include "runtime/data/dataset.h"
 
@@ -118,14 +119,7 @@ void add_prepare(CLI::App& app) {
       ->check(CLI::IsMember({"global", "feature", "none"}))
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the partition and of the validation rows")
-      // An unsigned seed: CLI11 would wrap -1 to 2^64 - 1 without a word.
-      ->check(CLI::Validator(
-          [](std::string& text) {
-            return text.find('-') == std::string::npos
-                       ? std::string()
-                       : "a seed is an integer >= 0, got " + text;
-          },
-          ""))
+      ->check(seed_check())
       ->capture_default_str();
   cmd->add_option("--validation", o.validation_rows,
                   "Training rows to hold out as validation.bin, chosen at random (0: none)")

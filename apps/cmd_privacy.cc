@@ -15,6 +15,7 @@
 
 #include "apps/commands.h"
 #include "apps/gossip_setup.h"
+#include "apps/parse.h"
 #include "dp/accountant.h"
 #include "dp/network_dp.h"
 #include "runtime/core/error.h"
@@ -322,7 +323,8 @@ void add_privacy(CLI::App& app) {
   cmd->add_option("--topology-degree", flags->topology_degree,
                   "with --topology random-regular: the degree");
   cmd->add_option("--topology-seed", flags->topology_seed,
-                  "with --topology random-regular: the seed");
+                  "with --topology random-regular: the seed")
+      ->check(seed_check());
   cmd->callback([flags] { run_privacy(*flags); });
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "apps/commands.h"
+#include "apps/parse.h"
 #include "runtime/core/error.h"
 #include "runtime/core/json_io.h"
 #include "topology/generators.h"
@@ -218,7 +219,8 @@ void add_topology(CLI::App& app) {
                   "mixing weights: metropolis (default), uniform or lazy");
   flags->degree_opt =
       cmd->add_option("--degree", flags->degree, "random-regular: the degree d (n * d even)");
-  flags->seed_opt = cmd->add_option("--seed", flags->seed, "random-regular: the generator seed");
+  flags->seed_opt = cmd->add_option("--seed", flags->seed, "random-regular: the generator seed")
+                       ->check(seed_check());
   cmd->add_flag("--json", flags->json, "print one JSON object instead of text");
   cmd->add_flag("--matrix", flags->matrix, "also print W (every matrix of a period)");
   cmd->callback([flags] { run_topology(*flags); });

@@ -6,6 +6,15 @@
 
 namespace dpg::app {
 
+CLI::Validator seed_check() {
+  return CLI::Validator(
+      [](std::string& text) {
+        return text.find('-') == std::string::npos ? std::string()
+                                                   : "a seed is an integer >= 0, got " + text;
+      },
+      "");
+}
+
 std::vector<int> parse_int_list(const std::string& text, const std::string& flag) {
   std::vector<int> out;
   std::stringstream ss(text);

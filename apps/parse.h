@@ -1,10 +1,16 @@
 // Small parsing helpers shared by the subcommands.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <string>
 #include <vector>
 
 namespace dpg::app {
+
+// For an unsigned seed option: CLI11 would wrap "-1" to 2^64 - 1 without a word, so any minus
+// sign is refused ("a seed is an integer >= 0, got -1").
+CLI::Validator seed_check();
 
 // "784,256,10" -> {784, 256, 10}; errors name the flag.
 std::vector<int> parse_int_list(const std::string& text, const std::string& flag);

@@ -83,6 +83,11 @@ expect_quick_error "--seconds: must be in (0, 3600], got 1e+300" "$exe" bench st
 expect_quick_error "threads: this OpenBLAS runs at most" "$exe" bench step --threads 100000 --batch 8
 expect_quick_error "--peer-memory-mb must be in [0, 1048576]" "$exe" launch --peers 2 --peer-memory-mb nan -- train
 expect_quick_error "--seed: a seed is an integer >= 0, got -1" "$exe" prepare --seed -1 --out "$work/out-seed"
+expect_quick_error "--seed: a seed is an integer >= 0, got -1" "$exe" topology --kind random-regular \
+  --peers 8 --degree 3 --seed -1
+expect_quick_error "--topology-seed: a seed is an integer >= 0, got -1" "$exe" privacy \
+  --sample-rate 0.01 --noise-multiplier 1 --steps 10 --delta 1e-5 --topology random-regular \
+  --peers 8 --topology-degree 3 --topology-seed -1
 printf '{"epochs": 1, "hidden": [8], "epochs": 2}\n' >"$work/dup.json"
 expect_quick_error 'dup.json: the key "epochs" appears twice' "$exe" train --config "$work/dup.json"
 
