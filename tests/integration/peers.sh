@@ -13,6 +13,9 @@ start_peers() {
   local algo=("$@")
   [ ${#algo[@]} -gt 0 ] || algo=(--algo allreduce)
   write_local_hosts "$n" "$work/hosts.json"
+  # The previous run's logs go first: a peer opens its log only once it has forked, so the wait
+  # below could otherwise read the last run's "epoch 1" and go on before the new peers are up.
+  rm -f "$work"/rank-*.log
   pids=()
   for r in $(seq 0 $((n - 1))); do
     "$bin" train "${algo[@]}" --hosts "$work/hosts.json" --rank $r --data "$work/data" \

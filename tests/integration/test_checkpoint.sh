@@ -39,6 +39,9 @@ train=(train --algo allreduce --data "$work/data" --epochs 6 --batch-size 64 --h
 start_run() {
   local dir=$1; shift
   write_local_hosts $n "$work/hosts.json"
+  # The previous run's files go first: a peer opens its log only once it has forked, so a wait on
+  # the log could otherwise read the last run's "epoch 1" and signal a peer not yet started.
+  rm -f "$work"/rank-*.log "$work"/out-*.json
   pids=()
   for r in $(seq 0 $((n - 1))); do
     local hook=()
@@ -79,6 +82,14 @@ for k in ("test_accuracy", "test_accuracy_last_iterate", "epsilon", "message_eps
 print("%s: resumed from step %d, test accuracy %.4f and epsilon %.6f as uninterrupted" %
       (sys.argv[3], b["resumed_from_step"], b["test_accuracy"], b["epsilon"]))
 ' "$work/whole.json" "$work/out-0.json" "$1"
+}
+# wait_for_epoch: until rank 0 has logged its first epoch (bounded: 60 s).
+wait_for_epoch() {
+  for _ in $(seq 1 600); do
+    grep -q "epoch   1/" "$work/rank-0.log" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "rank 0 logged no epoch"; cat "$work"/rank-*.log; exit 1
 }
 step_of() { basename "$1" | sed 's/step-0*\([0-9][0-9]*\)\.ckpt/\1/'; }
 
@@ -132,7 +143,7 @@ same_as_whole "killed mid-write"
 for who in all one; do
   ck="$work/ck-$who"
   start_run "$ck"
-  for _ in $(seq 1 600); do grep -q "epoch   1/" "$work/rank-0.log" && break; sleep 0.1; done
+  wait_for_epoch
   if [ $who = all ]; then kill -TERM "${pids[@]}"; else kill -TERM "${pids[3]}"; fi
   finish_run
   stopped=$(py 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["stopped_at_step"])' "$work/out-0.json")
