@@ -277,7 +277,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   DPG_INFO("train: " << describe(c));
   const train::AlgoInfo& algo = train::algo_info(c.algo);
   std::vector<train::GossipPhase> phases;
-  const std::string hosts_file = peers.hosts.source.empty() ? "hosts file" : peers.hosts.source;
+  const std::string hosts_file = peers.hosts.name();
   if (algo.uses_graph && peers.world() > 1) {
     phases = gossip_phases(c, peers.world(), peers.hosts.topology, hosts_file);
   } else if (algo.uses_graph) {

@@ -26,8 +26,7 @@ TransportPlan plan_transport(const net::HostsFile& hosts, int rank, const std::v
     if (mode == TransportMode::shm && there != here) {
       fail(Code::invalid_argument,
            "--transport shm: peer " + std::to_string(p) + " is on host " + there + " and this " +
-               "peer (rank " + std::to_string(rank) + ") on " + here + " in " +
-               (hosts.source.empty() ? std::string("the hosts list") : hosts.source) +
+               "peer (rank " + std::to_string(rank) + ") on " + here + " in " + hosts.name() +
                "; shared memory needs both on one host (use --transport auto or tcp)");
     }
     // nccl: the algorithm's messages and the float all-reduces go through NCCL (the trainer

@@ -323,7 +323,7 @@ HostsFile load_hosts(const std::string& path) {
 }
 
 TlsPaths tls_paths(const HostsFile& hosts, int rank) {
-  const std::string where = hosts.source.empty() ? std::string("hosts") : hosts.source;
+  const std::string where = hosts.name();
   const PeerAddress& p = hosts.peers.at(static_cast<std::size_t>(rank));
   const std::string own = peer_path(p.entry < 0 ? static_cast<size_t>(rank)
                                                 : static_cast<size_t>(p.entry));

@@ -46,6 +46,8 @@ struct HostsFile {
   Json topology;                   // null when absent
   std::string source;              // the file it came from, for messages ("" when built in code)
   int world() const { return static_cast<int>(peers.size()); }
+  // What messages call it: the file, or "the hosts list" when it was built in code.
+  std::string name() const { return source.empty() ? std::string("the hosts list") : source; }
 };
 
 // Parses and validates a hosts document; errors (invalid_argument) name `where` and the JSON path

@@ -348,9 +348,8 @@ void ShmTransport::Impl::connect_pairs(const HostsFile& hosts, const std::vector
     if (listener.fd < 0 || ::bind(listener.fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
         ::listen(listener.fd, SOMAXCONN) != 0) {
       fail(Code::unavailable,
-           prefix() + "cannot listen on the shared-memory socket @" + my_name + " (hosts " +
-               (hosts.source.empty() ? std::string("list") : hosts.source) + ", peers[" +
-               std::to_string(rank) + "]): " + errno_text(errno) +
+           prefix() + "cannot listen on the shared-memory socket @" + my_name + " (" +
+               hosts.name() + ", peers[" + std::to_string(rank) + "]): " + errno_text(errno) +
                (errno == EADDRINUSE ? " (another run with the same hosts file on this machine?)"
                                     : ""));
     }

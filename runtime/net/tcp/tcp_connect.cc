@@ -292,9 +292,8 @@ void TcpTransport::Impl::connect_all(const HostsFile& hosts, const std::vector<i
     if (!ec) s.acceptor->listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
       dpg::fail(Code::unavailable,
-           prefix() + "cannot listen on " + address_of(me) + " (hosts " +
-               (hosts.source.empty() ? std::string("list") : hosts.source) + ", peers[" +
-               std::to_string(rank) + "]): " + ec.message());
+           prefix() + "cannot listen on " + address_of(me) + " (" + hosts.name() +
+               ", peers[" + std::to_string(rank) + "]): " + ec.message());
     }
     s.accept();
   }
