@@ -153,10 +153,34 @@ TEST_CASE("launch: a child killed by a signal is reported by name; 128 + signal 
   for (pid_t pid : r.pids) CHECK(gone(pid));
 }
 
+// A file one child creates once its traps are set and another waits for (at most 10 s) before it
+// makes the launcher signal: a fixed delay lost that race on a loaded machine, and the child died
+// of a signal its trap was meant to ignore. The folder goes with the object.
+namespace {
+struct ReadyFile {
+  std::string dir = make_dir();
+  std::string path = (fs::path(dir) / "ready").string();
+  ~ReadyFile() { fs::remove_all(dir); }
+  std::string wait() const {
+    return "i=0; while [ ! -e '" + path +
+           "' ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done; ";
+  }
+  std::string create() const { return ": > '" + path + "'; "; }
+  static std::string make_dir() {
+    std::string tmpl = (fs::temp_directory_path() / "dpg_test_launch_ready_XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    return tmpl;
+  }
+};
+}  // namespace
+
 TEST_CASE("launch: a child that ignores SIGTERM gets SIGKILL after the grace period") {
   SuperviseOptions o;
   o.grace = std::chrono::milliseconds(300);
-  const Run r = run_children({sh("0", "trap '' TERM; exec sleep 60"), sh("1", "sleep 0.2; exit 5")}, o);
+  const ReadyFile ready;
+  const Run r = run_children({sh("0", "trap '' TERM; " + ready.create() + "exec sleep 60"),
+                              sh("1", ready.wait() + "sleep 0.2; exit 5")},
+                             o);
   CHECK(r.rc == 5);
   CHECK(r.seconds >= 0.45);
   CHECK(r.seconds < 3.0);
@@ -203,18 +227,13 @@ TEST_CASE("launch: a second signal to the launcher sends SIGKILL without waiting
   SuperviseOptions o;
   o.grace = std::chrono::milliseconds(20000);
   // Rank 0 survives the forwarded SIGINT and asks for the second; rank 1 ignores it too. Rank 0
-  // signals once rank 1's trap is set (a file says so; at most 10 s): a fixed delay lost that
-  // race on a loaded machine, and rank 1 died of the first SIGINT.
-  std::string tmpl = (fs::temp_directory_path() / "dpg_test_launch_ready_XXXXXX").string();
-  REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-  const std::string ready = (fs::path(tmpl) / "ready").string();
+  // signals once rank 1's trap is set.
+  const ReadyFile ready;
   const Run r = run_children(
-      {sh("0", "trap '' INT TERM; i=0; while [ ! -e '" + ready + "' ] && [ $i -lt 200 ]; do "
-               "sleep 0.05; i=$((i + 1)); done; kill -INT $PPID; sleep 0.3; kill -INT $PPID; "
-               "exec sleep 60"),
-       sh("1", "trap '' INT TERM; : > '" + ready + "'; exec sleep 60")},
+      {sh("0", "trap '' INT TERM; " + ready.wait() +
+                   "kill -INT $PPID; sleep 0.3; kill -INT $PPID; exec sleep 60"),
+       sh("1", "trap '' INT TERM; " + ready.create() + "exec sleep 60")},
       o);
-  fs::remove_all(tmpl);
   CHECK(r.rc == 130);
   CHECK(r.seconds < 5.0);
   CHECK(contains(r.err, "got SIGINT; passing SIGINT to 2 ranks"));

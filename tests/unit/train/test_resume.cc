@@ -46,6 +46,11 @@ std::vector<test::PeerResult> run(int world, const TrainConfig& c,
   });
 }
 
+// For runs where a peer fails: the others learn of it by this timeout (in process there is no
+// abort to tell them), so it is short, but not so short that a peer computing its epoch end on a
+// loaded machine (a sanitizer, a test beside it) is taken for the failed one first.
+constexpr std::chrono::milliseconds kFailTimeout{4000};
+
 void require_ok(const std::vector<test::PeerResult>& peers) {
   for (const auto& p : peers) REQUIRE(p.error == "");
 }
@@ -167,7 +172,7 @@ TEST_CASE("resume: after a crash, from the newest step every peer holds intact")
       [](int rank, long long t, std::atomic<bool>&) {
         if (rank == 1 && t == 17) fail(Code::internal, "rank 1: injected failure at step 17");
       },
-      std::chrono::milliseconds(1500));
+      kFailTimeout);
   CHECK(crashed[1].error.find("injected") != std::string::npos);
   CHECK(crashed[0].error != "");
   // Rank 3's newest is damaged (a flipped byte): every peer goes back to step 10.
@@ -205,7 +210,7 @@ TEST_CASE("resume: with a secret noise seed, the steps past the checkpoint are c
       [](int rank, long long t, std::atomic<bool>&) {
         if (rank == 0 && t == 12) fail(Code::internal, "injected");
       },
-      std::chrono::milliseconds(1500));
+      kFailTimeout);
   CHECK(crashed[0].error == "injected");
   c.resume = true;
   const auto resumed = run(2, c);
@@ -242,7 +247,7 @@ TEST_CASE("resume: none anywhere starts afresh; an earlier run's folder needs --
   require_ok(fresh);
   CHECK(fresh[0].summary.resumed_from == 0);
   c.resume = false;
-  const auto refused = run(2, c, {}, {}, std::chrono::milliseconds(1500));
+  const auto refused = run(2, c, {}, {}, kFailTimeout);
   for (const auto& p : refused) {
     CAPTURE(p.error);
     CHECK(p.error.find("--resume") != std::string::npos);
@@ -260,7 +265,7 @@ TEST_CASE("resume: peers with no step in common refuse, naming each peer's newes
       [](int rank, long long t, std::atomic<bool>&) {
         if (rank == 0 && t == 12) fail(Code::internal, "injected");
       },
-      std::chrono::milliseconds(1500));
+      kFailTimeout);
   fs::remove(train::CheckpointDir(dir.path.string(), 1, 1).path_of(10));
   c.resume = true;
   const auto refused = run(2, c);
