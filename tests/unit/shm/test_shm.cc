@@ -4,6 +4,7 @@
 // and tag: a deadline, a size mismatch, a peer that stops early, a refused handshake.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -155,13 +156,21 @@ TEST_CASE("shared memory: a receive nobody sends times out naming rank, peer, ta
 TEST_CASE("shared memory: a size mismatch fails the receiver naming both sizes") {
   ShmOptions o;
   o.timeout = 2s;
-  auto errors = run_shm(2, o, [](ShmTransport& t) {
+  std::atomic<bool> seen{false};
+  auto errors = run_shm(2, o, [&seen](ShmTransport& t) {
     std::vector<float> v(t.rank() == 0 ? 5 : 4);
     if (t.rank() == 1) {
       t.wait(t.send(0, Tag{9, 0, 0}, bytes(v)));
-      std::this_thread::sleep_for(200ms);  // stays until the receiver has seen it
+      // Stays until the receiver has seen it (at most 10 s), not to leave before it looks.
+      for (int i = 0; i < 1000 && !seen.load(); ++i) std::this_thread::sleep_for(10ms);
     } else {
-      t.wait(t.recv(1, Tag{9, 0, 0}, bytes(v)));
+      try {
+        t.wait(t.recv(1, Tag{9, 0, 0}, bytes(v)));
+      } catch (...) {
+        seen = true;
+        throw;
+      }
+      seen = true;
     }
   });
   CHECK_MESSAGE(errors[0].find("peer 1 sent 16 bytes for op 9 round 0 chunk 0 but the receive "
@@ -252,21 +261,27 @@ TEST_CASE("shared memory: a peer that hears an abort while it computes passes it
   ShmOptions o;
   o.timeout = 1500ms;
   o.progress_thread = true;
-  auto errors = run_shm(3, o, [](ShmTransport& t) {
+  std::atomic<int> posted{0};
+  auto errors = run_shm(3, o, [&posted](ShmTransport& t) {
     std::vector<float> v(4);
     if (t.rank() == 0) {
-      std::this_thread::sleep_for(300ms);  // the others are past their set-up
+      // Once the others have posted their receives (at most 10 s): a fixed delay could end
+      // before a loaded machine got them there.
+      for (int i = 0; i < 1000 && posted.load() < 2; ++i) std::this_thread::sleep_for(10ms);
       throw dpg::Error(dpg::Code::internal, "rank 0: stopping on purpose");
     }
     if (t.rank() == 1) {
       const auto h = t.recv(0, Tag{9, 0, 0}, bytes(v));
+      ++posted;
       std::this_thread::sleep_for(2500ms);  // computing
       t.wait(h);
       return;
     }
     const auto start = std::chrono::steady_clock::now();
+    const auto h = t.recv(1, Tag{9, 0, 0}, bytes(v));
+    ++posted;
     try {
-      t.wait(t.recv(1, Tag{9, 0, 0}, bytes(v)));
+      t.wait(h);
     } catch (const dpg::Error& e) {
       CHECK(e.code() == dpg::Code::aborted);
       CHECK(std::chrono::steady_clock::now() - start < 1000ms);

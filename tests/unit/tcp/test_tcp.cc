@@ -2,6 +2,7 @@
 // sockets, the handshake's refusals, and failures that must end in an error, never a hang.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <thread>
@@ -223,25 +224,31 @@ TEST_CASE("a peer that hears an abort while it computes passes it on at once") {
   TcpOptions o;
   o.timeout = 1500ms;
   o.progress_thread = true;
+  std::atomic<int> posted{0};
   auto errors = run_tcp(
       3, o,
-      [](TcpTransport& t) {
+      [&posted](TcpTransport& t) {
         std::vector<float> v(4);
         const auto buf = std::as_writable_bytes(std::span(v));
         const dpg::net::Tag tag{9, 0, 0};
         if (t.rank() == 0) {
-          std::this_thread::sleep_for(300ms);  // the others are past their set-up
+          // Once the others have posted their receives (at most 10 s): a fixed delay could end
+          // before a loaded machine got them there.
+          for (int i = 0; i < 1000 && posted.load() < 2; ++i) std::this_thread::sleep_for(10ms);
           throw dpg::Error(dpg::Code::internal, "rank 0: stopping on purpose");
         }
         if (t.rank() == 1) {
           const auto h = t.recv(0, tag, buf);
+          ++posted;
           std::this_thread::sleep_for(2500ms);  // computing
           t.wait(h);
           return;
         }
         const auto start = std::chrono::steady_clock::now();
+        const auto h = t.recv(1, tag, buf);
+        ++posted;
         try {
-          t.wait(t.recv(1, tag, buf));
+          t.wait(h);
         } catch (const dpg::Error& e) {
           CHECK(e.code() == dpg::Code::aborted);
           CHECK(std::chrono::steady_clock::now() - start < 1000ms);
