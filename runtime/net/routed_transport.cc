@@ -39,14 +39,15 @@ void RoutedTransport::rethrow_first() const {
 
 Handle RoutedTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
   rethrow_first();
-  Handle h = route(peer, "send to").send(peer, tag, data);
+  // A part that refuses the send fails itself; refusing() fails the other part too.
+  Handle h = refusing(*this, [&] { return route(peer, "send to").send(peer, tag, data); });
   if (route_[peer] == 1) h.slot |= kSecond;
   return h;
 }
 
 Handle RoutedTransport::recv(int peer, Tag tag, std::span<std::byte> data) {
   rethrow_first();
-  Handle h = route(peer, "receive from").recv(peer, tag, data);
+  Handle h = refusing(*this, [&] { return route(peer, "receive from").recv(peer, tag, data); });
   if (route_[peer] == 1) h.slot |= kSecond;
   return h;
 }

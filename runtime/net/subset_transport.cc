@@ -40,11 +40,12 @@ int SubsetTransport::parent_rank(int peer, const char* what) const {
 }
 
 Handle SubsetTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
-  return parent_.send(parent_rank(peer, "send to"), tag, data);
+  return parent_.send(refusing(*this, [&] { return parent_rank(peer, "send to"); }), tag, data);
 }
 
 Handle SubsetTransport::recv(int peer, Tag tag, std::span<std::byte> data) {
-  return parent_.recv(parent_rank(peer, "receive from"), tag, data);
+  return parent_.recv(refusing(*this, [&] { return parent_rank(peer, "receive from"); }), tag,
+                      data);
 }
 
 }  // namespace dpg::net

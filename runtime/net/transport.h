@@ -58,4 +58,19 @@ class Transport {
   virtual void poison(Code code, const std::string& message) = 0;
 };
 
+// Runs a send's or receive's check of its arguments (a peer the transport has no connection to,
+// a message past the limit) and returns what it returns; when it throws, fails `t` first with
+// the same error, as poison() does, and rethrows. A caller whose own post throws unwinds and
+// may free the buffers it posted before, so those are given up with the transport, as after any
+// failure. The check's message starts with "rank R: ", as poison() expects.
+template <class Check>
+decltype(auto) refusing(Transport& t, Check&& check) {
+  try {
+    return check();
+  } catch (const Error& e) {
+    t.poison(e.code(), e.what());
+    throw;
+  }
+}
+
 }  // namespace dpg::net

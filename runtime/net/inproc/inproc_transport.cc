@@ -18,7 +18,7 @@ class InprocTransport final : public Transport {
   std::chrono::milliseconds timeout() const override { return ops_.timeout(); }
 
   Handle send(int peer, Tag tag, std::span<const std::byte> data) override {
-    check_peer(peer);
+    refusing(*this, [&] { check_peer(peer); });
     Handle h = ops_.post(OpKind::send, peer, tag, const_cast<std::byte*>(data.data()), data.size());
     std::lock_guard lock(fabric_.mu_);
     fabric_.sends_[rank_ * world() + peer].push_back({this, h.slot});
@@ -27,7 +27,7 @@ class InprocTransport final : public Transport {
   }
 
   Handle recv(int peer, Tag tag, std::span<std::byte> data) override {
-    check_peer(peer);
+    refusing(*this, [&] { check_peer(peer); });
     Handle h = ops_.post(OpKind::recv, peer, tag, data.data(), data.size());
     std::lock_guard lock(fabric_.mu_);
     fabric_.recvs_[rank_ * world() + peer].push_back({this, h.slot});

@@ -284,7 +284,7 @@ bool ShmTransport::direct_to(int peer) const {
 }
 
 Handle ShmTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
-  ShmPair& p = impl_->pair_for(peer, "send to");
+  ShmPair& p = refusing(*this, [&]() -> ShmPair& { return impl_->pair_for(peer, "send to"); });
   Handle h = impl_->ops.post(OpKind::send, peer, tag, const_cast<std::byte*>(data.data()),
                              data.size());
   std::lock_guard lock(impl_->mu);
@@ -294,7 +294,8 @@ Handle ShmTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
 }
 
 Handle ShmTransport::recv(int peer, Tag tag, std::span<std::byte> data) {
-  ShmPair& p = impl_->pair_for(peer, "receive from");
+  ShmPair& p =
+      refusing(*this, [&]() -> ShmPair& { return impl_->pair_for(peer, "receive from"); });
   Handle h = impl_->ops.post(OpKind::recv, peer, tag, data.data(), data.size());
   std::lock_guard lock(impl_->mu);
   impl_->ops.append(p.recv_head, p.recv_tail, h.slot);

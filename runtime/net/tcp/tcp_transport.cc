@@ -450,13 +450,15 @@ int TcpTransport::world() const { return impl_->world; }
 std::chrono::milliseconds TcpTransport::timeout() const { return impl_->options.timeout; }
 
 Handle TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
-  impl_->conn_for(peer, "send to");
-  if (data.size() > kMaxDataBytes) {
-    dpg::fail(Code::invalid_argument, impl_->prefix() + "send to peer " + std::to_string(peer) +
-                                          " of " + std::to_string(data.size()) +
-                                          " bytes: one message carries at most " +
-                                          std::to_string(kMaxDataBytes));
-  }
+  refusing(*this, [&] {
+    impl_->conn_for(peer, "send to");
+    if (data.size() > kMaxDataBytes) {
+      dpg::fail(Code::invalid_argument, impl_->prefix() + "send to peer " + std::to_string(peer) +
+                                            " of " + std::to_string(data.size()) +
+                                            " bytes: one message carries at most " +
+                                            std::to_string(kMaxDataBytes));
+    }
+  });
   Handle h = impl_->ops.post(OpKind::send, peer, tag, const_cast<std::byte*>(data.data()),
                              data.size());
   encode_header(FrameHeader{FrameKind::data, tag, data.size()}, impl_->ops.slot(h.slot).header);
@@ -465,7 +467,7 @@ Handle TcpTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
 }
 
 Handle TcpTransport::recv(int peer, Tag tag, std::span<std::byte> data) {
-  impl_->conn_for(peer, "receive from");
+  refusing(*this, [&] { impl_->conn_for(peer, "receive from"); });
   Handle h = impl_->ops.post(OpKind::recv, peer, tag, data.data(), data.size());
   impl_->on_io([impl = impl_.get(), i = h.slot] { impl->enqueue_recv(i); });
   return h;

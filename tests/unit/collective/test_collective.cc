@@ -195,13 +195,14 @@ TEST_CASE("broadcast, all-gather and barrier, with repeated calls in one communi
   }
 }
 
-TEST_CASE("in process: a poisoned peer's posted receive is never written, its wait throws") {
-  dpg::test::check_poison(
-      [](const std::function<void(dpg::net::Transport&)>& body) {
-        return dpg::test::run_transports_errors(
-            2, std::chrono::seconds(1), [&](int, dpg::net::Transport& t) { body(t); });
-      },
-      false);
+TEST_CASE("in process: a poisoned peer's posted receive is never written, its wait throws "
+          "(poison, or a send it refuses)") {
+  const auto run_two = [](const std::function<void(dpg::net::Transport&)>& body) {
+    return dpg::test::run_transports_errors(2, std::chrono::seconds(1),
+                                            [&](int, dpg::net::Transport& t) { body(t); });
+  };
+  dpg::test::check_poison(run_two, false);
+  dpg::test::check_refused_send_poisons(run_two, false);
 }
 
 TEST_CASE("routed: a wait that fails on one part poisons the other; its receive is never written") {
@@ -243,6 +244,40 @@ TEST_CASE("routed: a wait that fails on one part poisons the other; its receive 
   CHECK(std::count(into.begin(), into.end(), std::byte{0x11}) == 1000);
   CHECK(second_error.find("timed out") != std::string::npos);  // the first failure, rethrown
   CHECK(!sender_error.empty());  // nobody took its message
+}
+
+TEST_CASE("routed: a send it refuses poisons both parts; a receive posted before is never written") {
+  dpg::net::InprocFabric a(3, std::chrono::milliseconds(500)), b(3, std::chrono::milliseconds(500));
+  std::vector<std::byte> into(1000, std::byte{0x11});
+  std::string refused, wait_error;
+  {
+    dpg::net::RoutedTransport t(
+        std::make_unique<dpg::net::SubsetTransport>(a.peer(0), std::vector<int>{0, 1, 2}),
+        std::make_unique<dpg::net::SubsetTransport>(b.peer(0), std::vector<int>{0, 1, 2}),
+        {0, 0, 1});
+    const dpg::net::Handle from2 = t.recv(2, {9, 1, 0}, into);  // on part B
+    const std::vector<std::byte> small(4);
+    try {
+      t.send(5, {9, 2, 0}, small);  // no rank 5
+    } catch (const dpg::Error& e) {
+      refused = e.what();
+    }
+    const std::vector<std::byte> out(1000, std::byte{0x55});
+    try {
+      b.peer(2).wait(b.peer(2).send(0, {9, 1, 0}, out));
+    } catch (const dpg::Error&) {
+    }
+    try {
+      t.wait(from2);
+    } catch (const dpg::Error& e) {
+      wait_error = e.what();
+    }
+  }
+  CAPTURE(refused);
+  CAPTURE(wait_error);
+  CHECK(refused.find("peer 5: this peer has no connection to it") != std::string::npos);
+  CHECK(std::count(into.begin(), into.end(), std::byte{0x11}) == 1000);
+  CHECK(wait_error.find("peer 5: this peer has no connection to it") != std::string::npos);
 }
 
 TEST_CASE("a size mismatch between peers is an error naming the peer, not a hang") {

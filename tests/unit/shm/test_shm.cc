@@ -177,17 +177,18 @@ TEST_CASE("shared memory: a size mismatch fails the receiver naming both sizes")
                                "expects 20") != std::string::npos, errors[0]);
 }
 
-TEST_CASE("shared memory: a poisoned peer's posted receive is never written; its peer hears why") {
+TEST_CASE("shared memory: a poisoned peer's posted receive is never written; its peer hears why "
+          "(poison, or a send it refuses)") {
   for (bool progress : {false, true}) {
     CAPTURE(progress);
     ShmOptions o;
     o.timeout = 3s;
     o.progress_thread = progress;
-    dpg::test::check_poison(
-        [&](const std::function<void(dpg::net::Transport&)>& body) {
-          return run_shm(2, o, [&](ShmTransport& t) { body(t); });
-        },
-        true);
+    const auto run_two = [&](const std::function<void(dpg::net::Transport&)>& body) {
+      return run_shm(2, o, [&](ShmTransport& t) { body(t); });
+    };
+    dpg::test::check_poison(run_two, true);
+    dpg::test::check_refused_send_poisons(run_two, true);
   }
 }
 

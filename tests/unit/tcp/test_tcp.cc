@@ -109,17 +109,18 @@ TEST_CASE("a stalled peer makes the others time out naming the peer and the roun
   CHECK(errors[1].find("peer 0 reports:") != std::string::npos);
 }
 
-TEST_CASE("a poisoned peer's posted receive is never written; its peer hears why, both modes") {
+TEST_CASE("a poisoned peer's posted receive is never written; its peer hears why, both modes "
+          "(poison, or a send it refuses)") {
   for (bool progress : {false, true}) {
     CAPTURE(progress);
     TcpOptions o;
     o.timeout = 3s;
     o.progress_thread = progress;
-    dpg::test::check_poison(
-        [&](const std::function<void(dpg::net::Transport&)>& body) {
-          return run_tcp(2, o, [&](TcpTransport& t) { body(t); });
-        },
-        true);
+    const auto run_two = [&](const std::function<void(dpg::net::Transport&)>& body) {
+      return run_tcp(2, o, [&](TcpTransport& t) { body(t); });
+    };
+    dpg::test::check_poison(run_two, true);
+    dpg::test::check_refused_send_poisons(run_two, true);
   }
 }
 
