@@ -205,79 +205,72 @@ TEST_CASE("in process: a poisoned peer's posted receive is never written, its wa
   dpg::test::check_refused_send_poisons(run_two, false);
 }
 
-TEST_CASE("routed: a wait that fails on one part poisons the other; its receive is never written") {
-  // Rank 0 reaches peer 1 over fabric A and peer 2 over fabric B (a subset of all three ranks
-  // serves as an owning handle on a fabric's transport). Its wait on peer 1, who sends nothing,
-  // times out; rank 0's receive from peer 2, posted on B, must then be failed too.
+// Rank 0 reaches peer 1 over fabric A and peer 2 over fabric B (a subset of all three ranks
+// serves as an owning handle on a fabric's transport). It posts a receive from peer 2 (on B),
+// then `give_up` fails its routed transport, by a throw that is recorded; only then does peer 2
+// send. What each step threw, and how many of the receive's 1000 bytes are still untouched.
+namespace {
+struct RoutedGivenUp {
+  std::string given_up, wait_error, sender_error;
+  std::ptrdiff_t untouched = 0;
+};
+RoutedGivenUp routed_given_up(const std::function<void(dpg::net::Transport&)>& give_up) {
   dpg::net::InprocFabric a(3, std::chrono::milliseconds(500)), b(3, std::chrono::milliseconds(500));
   std::vector<std::byte> into(1000, std::byte{0x11});
-  std::string first_error, second_error, sender_error;
+  RoutedGivenUp out;
   {
     dpg::net::RoutedTransport t(
         std::make_unique<dpg::net::SubsetTransport>(a.peer(0), std::vector<int>{0, 1, 2}),
         std::make_unique<dpg::net::SubsetTransport>(b.peer(0), std::vector<int>{0, 1, 2}),
         {0, 0, 1});
     const dpg::net::Handle from2 = t.recv(2, {9, 1, 0}, into);
-    std::vector<std::byte> none(4);
     try {
-      t.wait(t.recv(1, {9, 2, 0}, none));
+      give_up(t);
     } catch (const dpg::Error& e) {
-      first_error = e.what();
+      out.given_up = e.what();
     }
-    // Only now does peer 2 send.
-    const std::vector<std::byte> out(1000, std::byte{0x55});
+    const std::vector<std::byte> sent(1000, std::byte{0x55});
     try {
-      b.peer(2).wait(b.peer(2).send(0, {9, 1, 0}, out));
+      b.peer(2).wait(b.peer(2).send(0, {9, 1, 0}, sent));
     } catch (const dpg::Error& e) {
-      sender_error = e.what();
+      out.sender_error = e.what();
     }
     try {
       t.wait(from2);
     } catch (const dpg::Error& e) {
-      second_error = e.what();
+      out.wait_error = e.what();
     }
   }
-  CAPTURE(first_error);
-  CAPTURE(second_error);
-  CAPTURE(sender_error);
-  CHECK(first_error.find("timed out") != std::string::npos);
-  CHECK(std::count(into.begin(), into.end(), std::byte{0x11}) == 1000);
-  CHECK(second_error.find("timed out") != std::string::npos);  // the first failure, rethrown
-  CHECK(!sender_error.empty());  // nobody took its message
+  out.untouched = std::count(into.begin(), into.end(), std::byte{0x11});
+  return out;
+}
+}  // namespace
+
+TEST_CASE("routed: a wait that fails on one part poisons the other; its receive is never written") {
+  // Rank 0's wait on peer 1 (part A), who sends nothing, times out.
+  const auto r = routed_given_up([](dpg::net::Transport& t) {
+    std::vector<std::byte> none(4);
+    t.wait(t.recv(1, {9, 2, 0}, none));
+  });
+  CAPTURE(r.given_up);
+  CAPTURE(r.wait_error);
+  CAPTURE(r.sender_error);
+  CHECK(r.given_up.find("timed out") != std::string::npos);
+  CHECK(r.untouched == 1000);
+  CHECK(r.wait_error.find("timed out") != std::string::npos);  // the first failure, rethrown
+  CHECK(!r.sender_error.empty());                              // nobody took its message
 }
 
 TEST_CASE("routed: a send it refuses poisons both parts; a receive posted before is never written") {
-  dpg::net::InprocFabric a(3, std::chrono::milliseconds(500)), b(3, std::chrono::milliseconds(500));
-  std::vector<std::byte> into(1000, std::byte{0x11});
-  std::string refused, wait_error;
-  {
-    dpg::net::RoutedTransport t(
-        std::make_unique<dpg::net::SubsetTransport>(a.peer(0), std::vector<int>{0, 1, 2}),
-        std::make_unique<dpg::net::SubsetTransport>(b.peer(0), std::vector<int>{0, 1, 2}),
-        {0, 0, 1});
-    const dpg::net::Handle from2 = t.recv(2, {9, 1, 0}, into);  // on part B
+  const auto r = routed_given_up([](dpg::net::Transport& t) {
     const std::vector<std::byte> small(4);
-    try {
-      t.send(5, {9, 2, 0}, small);  // no rank 5
-    } catch (const dpg::Error& e) {
-      refused = e.what();
-    }
-    const std::vector<std::byte> out(1000, std::byte{0x55});
-    try {
-      b.peer(2).wait(b.peer(2).send(0, {9, 1, 0}, out));
-    } catch (const dpg::Error&) {
-    }
-    try {
-      t.wait(from2);
-    } catch (const dpg::Error& e) {
-      wait_error = e.what();
-    }
-  }
-  CAPTURE(refused);
-  CAPTURE(wait_error);
-  CHECK(refused.find("peer 5: this peer has no connection to it") != std::string::npos);
-  CHECK(std::count(into.begin(), into.end(), std::byte{0x11}) == 1000);
-  CHECK(wait_error.find("peer 5: this peer has no connection to it") != std::string::npos);
+    t.send(5, {9, 2, 0}, small);  // no rank 5
+  });
+  CAPTURE(r.given_up);
+  CAPTURE(r.wait_error);
+  CHECK(r.given_up.find("peer 5: this peer has no connection to it") != std::string::npos);
+  CHECK(r.untouched == 1000);
+  CHECK(r.wait_error.find("peer 5: this peer has no connection to it") != std::string::npos);
 }
 
 TEST_CASE("a size mismatch between peers is an error naming the peer, not a hang") {
