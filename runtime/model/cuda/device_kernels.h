@@ -94,10 +94,14 @@ struct SoftmaxXent {
   }
 };
 
-// Up to kMaxParts row-major matrices of the same number of rows, seen as one index range: part
-// p's element j is index j plus the sizes of the parts before it. One pass over such a range is
-// one kernel launch where a pass per matrix would be one each; at the batch sizes a GPU trains
-// with, the DP step's element-wise work is bound by launches, not by arithmetic.
+// Up to kMaxParts row-major matrices of the same number of rows. A pass over all of them is one
+// kernel launch where a pass per matrix would be one each: at the batch sizes a GPU trains with,
+// the DP step's element-wise work is bound by launches as much as by memory.
+//
+// Each thread reads the struct's arrays at fixed indices only (the loops are unrolled): a GPU
+// thread reads a kernel argument at a computed index far more slowly. Indexing x[p] and cols[p]
+// with a computed p made these passes 6 to 7 times slower per element than the batch's gather
+// on an H100 (docs/GPU.md).
 constexpr int kMaxParts = 8;
 struct Parts {
   float* x[kMaxParts] = {};
@@ -109,21 +113,64 @@ struct Parts {
     for (int p = 0; p < count; ++p) n += rows * cols[p];
     return n;
   }
-  // The part of index k; k becomes the index within that part.
-  DPG_HD int find(size_t& k) const {
-    int p = 0;
-    while (p + 1 < count && k >= rows * cols[p]) k -= rows * cols[p++];
-    return p;
+  size_t width() const {  // the columns of the parts side by side
+    size_t n = 0;
+    for (int p = 0; p < count; ++p) n += cols[p];
+    return n;
+  }
+  struct At {
+    float* x;     // the part's matrix
+    size_t cols;  // its columns
+    size_t j;     // the index within it
+    int part;
+  };
+  // Index k of the parts one after another: part p's element j is k less the sizes of the parts
+  // before it.
+  DPG_HD At locate(size_t k) const {
+    At at{x[0], cols[0], k, 0};
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int q = 1; q < kMaxParts; ++q) {
+      const size_t n = rows * at.cols;  // the size of part q - 1 while `at` is there
+      if (q < count && at.part == q - 1 && at.j >= n) at = At{x[q], cols[q], at.j - n, q};
+    }
+    return at;
+  }
+  // Element (i, c) of the parts side by side: part p's columns after those of the parts before.
+  DPG_HD At beside(size_t i, size_t c) const {
+    At at{x[0], cols[0], c, 0};
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int q = 1; q < kMaxParts; ++q) {
+      if (q < count && at.part == q - 1 && at.j >= at.cols) at = At{x[q], cols[q], at.j - at.cols, q};
+    }
+    at.j += i * at.cols;
+    return at;
   }
 };
 
-struct SquareParts {  // out[k] = the square of the parts' element k
+// The squares of the parts side by side: out is (rows, in.width()) row-major, so that one product
+// with the parts' indicator gives every part's row sums.
+struct SquareBeside {
   Parts in;
+  size_t width;  // in.width()
   float* out;
   DPG_HD void operator()(size_t k) const {
-    size_t j = k;
-    const int p = in.find(j);
-    out[k] = in.x[p][j] * in.x[p][j];
+    const Parts::At at = in.beside(k / width, k % width);
+    out[k] = at.x[at.j] * at.x[at.j];
+  }
+};
+
+// The indicator of the parts side by side: out is (count, width) row-major, row p one on part p's
+// columns and zero elsewhere.
+struct Indicator {
+  Parts in;
+  size_t width;
+  float* out;
+  DPG_HD void operator()(size_t k) const {
+    out[k] = in.beside(0, k % width).part == static_cast<int>(k / width) ? 1.0f : 0.0f;
   }
 };
 
@@ -151,21 +198,33 @@ struct ClipFactor {
   }
 };
 
-// Scales each example's row of the output gradients (grads) by its clip factor; a dropped
-// example's output gradient and input activation (inputs) rows become zeros (never 0 * inf in
-// the sum). grads and inputs are parts of one range: the output gradients first.
-struct ClipRows {
-  Parts parts;
-  int grads;  // parts [0, grads) are output gradients, the rest inputs
+// Scales each example's rows of the output gradients (the parts) by its clip factor; a dropped
+// example's rows become zeros (never 0 * inf in the sum).
+struct ScaleRows {
+  Parts grads;
   const float* scale;
   DPG_HD void operator()(size_t k) const {
-    size_t j = k;
-    const int p = parts.find(j);
-    const float s = scale[j / parts.cols[p]];
-    if (p < grads) {
-      parts.x[p][j] = s == 0.0f ? 0.0f : parts.x[p][j] * s;
-    } else if (s == 0.0f) {
-      parts.x[p][j] = 0.0f;
+    const Parts::At at = grads.locate(k);
+    const float s = scale[at.j / at.cols];
+    at.x[at.j] = s == 0.0f ? 0.0f : at.x[at.j] * s;
+  }
+};
+
+// A dropped example's input rows (the parts) become zeros, so that its non-finite inputs never
+// meet the zeros of its output gradients in the sum. A thread per example: dropped examples are
+// rare, and every other thread reads one clip factor.
+struct ZeroDropped {
+  Parts inputs;
+  const float* scale;
+  DPG_HD void operator()(size_t i) const {
+    if (scale[i] != 0.0f) return;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int q = 0; q < kMaxParts; ++q) {
+      if (q >= inputs.count) break;
+      float* row = inputs.x[q] + i * inputs.cols[q];
+      for (size_t c = 0; c < inputs.cols[q]; ++c) row[c] = 0.0f;
     }
   }
 };

@@ -71,11 +71,6 @@ class Impl final : public DeviceMlp {
       total += static_cast<size_t>(widths_[l + 1]) * (widths_[l] + 1);
     }
     num_params_ = total;
-    // The ghost norms square each layer's output gradient, and each layer's input but the first's
-    // (the inputs' norms are computed once per resident row, in upload_rows).
-    for (size_t l = 0; l + 1 < widths_.size(); ++l) {
-      ghost_cols_ += static_cast<size_t>(widths_[l + 1]) + (l > 0 ? widths_[l] : 0);
-    }
     if (params.size() != total) {
       fail(Code::invalid_argument, "device model: " + std::to_string(params.size()) +
                                        " parameters given, the model has " +
@@ -109,6 +104,7 @@ class Impl final : public DeviceMlp {
     average_.resize(total);
     upload_params(params);
     average_.from_host(params);
+    ghost_indicators();
   }
 
   ~Impl() override {
@@ -155,7 +151,12 @@ class Impl final : public DeviceMlp {
     reserve(std::min<size_t>(rows_, 1024));
     for (size_t start = 0; start < rows_; start += capacity_) {
       const size_t n = std::min(capacity_, rows_ - start);
-      row_squares(x_.data() + start * inputs, n, inputs, x2_.data() + start);
+      Parts one;
+      one.rows = n;
+      one.x[0] = x_.data() + start * inputs;
+      one.cols[0] = inputs;
+      one.count = 1;
+      sums_of_squares(one, ones_.data(), x2_.data() + start);  // one part's indicator: ones
     }
     sync();
   }
@@ -177,6 +178,17 @@ class Impl final : public DeviceMlp {
     reserve(b);
     DeviceStepStats stats;
     stats.batch = b;
+    // The noise first: it depends on the step's key alone, not on the batch.
+    const float* noise = nullptr;
+    const double sigma = dp.enabled ? dp.noise_multiplier : 0.0;
+    if (sigma > 0.0) {
+      check(curandSetPseudoRandomGeneratorSeed(gen_, device_noise_key(dp.seed, dp.rank, t)), "seed");
+      check(curandSetGeneratorOffset(gen_, 0), "offset");
+      check(curandGenerateNormal(gen_, noise_.data(), noise_.size(), 0.0f,
+                                 static_cast<float>(sigma * dp.clip_norm)),
+            "generate normals");
+      noise = noise_.data();
+    }
     grad_.zero();
     if (b > 0) {
       idx_.from_host(batch);
@@ -200,16 +212,6 @@ class Impl final : public DeviceMlp {
              static_cast<int>(b), grad_of_[l].data(), static_cast<int>(out), 1.0f,
              grad_.data() + bias_offset(l), static_cast<int>(out));
       }
-    }
-    const float* noise = nullptr;
-    const double sigma = dp.enabled ? dp.noise_multiplier : 0.0;
-    if (sigma > 0.0) {
-      check(curandSetPseudoRandomGeneratorSeed(gen_, device_noise_key(dp.seed, dp.rank, t)), "seed");
-      check(curandSetGeneratorOffset(gen_, 0), "offset");
-      check(curandGenerateNormal(gen_, noise_.data(), noise_.size(), 0.0f,
-                                 static_cast<float>(sigma * dp.clip_norm)),
-            "generate normals");
-      noise = noise_.data();
     }
     for_n(num_params_,
           Release{grad_.data(), noise, static_cast<float>(1.0 / dp.expected_batch)});
@@ -386,18 +388,48 @@ class Impl final : public DeviceMlp {
     for_n(ones_.size(), Fill{ones_.data(), 1.0f});
   }
 
-  // out[i] = sum_c x[i][c]^2 over the rows of the (rows, cols) matrix x.
-  void row_squares(float* x, size_t rows, size_t cols, float* out) {
-    in_passes({{x, cols}}, rows, [&](const Parts& one, size_t) {
-      for_n(one.size(), SquareParts{one, squares_.data()});
-      row_sums(squares_.data(), rows, cols, out);
-    });
+  // Row sums of squares of the parts at once: their squares side by side (one pass), then one
+  // product with their indicator (count x their columns, row p one on part p's columns), which
+  // writes part p's sums at out + p * rows. A product reads memory in order, with a thread per
+  // element, where a loop per row would leave a GPU a thread per example; one product for all the
+  // parts is one launch where a product per part was one each.
+  void sums_of_squares(const Parts& parts, const float* indicator, float* out) {
+    const size_t width = parts.width();
+    for_n(parts.rows * width, SquareBeside{parts, width, squares_.data()});
+    gemm(false, true, parts.count, static_cast<int>(parts.rows), static_cast<int>(width), 1.0f,
+         indicator, static_cast<int>(width), squares_.data(), static_cast<int>(width), 0.0f, out,
+         static_cast<int>(parts.rows));
   }
-  // out[i] = sum_c x[i][c] as a matrix-vector product: it reads memory in order, with a thread
-  // per element, where a loop per row would leave a GPU a thread per example.
-  void row_sums(const float* x, size_t rows, size_t cols, float* out) {
-    gemm(false, false, static_cast<int>(rows), 1, static_cast<int>(cols), 1.0f, x,
-         static_cast<int>(cols), ones_.data(), 1, 0.0f, out, 1);
+
+  // The matrices whose row sums of squares the ghost norms take, with their columns: each layer's
+  // output gradient, and each layer's input but the first's (the inputs' norms are computed once
+  // per resident row, in upload_rows). norms_ holds their sums in this order (ClipFactor's
+  // layout).
+  std::vector<std::pair<float*, size_t>> ghost_matrices() {
+    std::vector<std::pair<float*, size_t>> mats;
+    for (int l = 0; l < layers(); ++l) {
+      if (l > 0) mats.emplace_back(act_.empty() ? nullptr : act_[l].data(), width(l));
+      mats.emplace_back(grad_of_.empty() ? nullptr : grad_of_[l].data(), width(l + 1));
+    }
+    return mats;
+  }
+  // Each run's indicator (in_passes's runs of the ghost matrices), once: they depend on the
+  // widths alone.
+  void ghost_indicators() {
+    size_t total = 0;
+    in_passes(ghost_matrices(), 0, [&](const Parts& parts, size_t) {
+      ghost_cols_ = std::max(ghost_cols_, parts.width());
+      indicator_at_.push_back(total);
+      total += parts.count * parts.width();
+    });
+    indicators_.resize(total);
+    size_t run = 0;
+    in_passes(ghost_matrices(), 0, [&](const Parts& parts, size_t) {
+      const size_t width = parts.width();
+      for_n(parts.count * width,
+            Indicator{parts, width, indicators_.data() + indicator_at_[run++]});
+    });
+    sync();
   }
 
   // Calls pass(parts, first) for each run of up to kMaxParts of the (matrix, columns) list, all
@@ -415,35 +447,28 @@ class Impl final : public DeviceMlp {
     }
   }
 
-  // norms_ (ClipFactor's layout): the row sums of squares of layer 0's output gradient, then of
-  // each further layer's input and output gradient. The squares of up to kMaxParts matrices are
-  // one pass, each matrix's row sums one product.
+  // norms_ (ClipFactor's layout): the ghost matrices' row sums of squares, a product per run of
+  // up to kMaxParts matrices.
   void ghost_norms(size_t b) {
-    std::vector<std::pair<float*, size_t>> mats;
-    for (int l = 0; l < layers(); ++l) {
-      if (l > 0) mats.emplace_back(act_[l].data(), width(l));
-      mats.emplace_back(grad_of_[l].data(), width(l + 1));
-    }
-    in_passes(mats, b, [&](const Parts& parts, size_t first) {
-      for_n(parts.size(), SquareParts{parts, squares_.data()});
-      const float* squares = squares_.data();
-      for (int p = 0; p < parts.count; ++p) {
-        row_sums(squares, b, parts.cols[p], norms_.data() + (first + p) * b);
-        squares += b * parts.cols[p];
-      }
+    size_t run = 0;
+    in_passes(ghost_matrices(), b, [&](const Parts& parts, size_t first) {
+      sums_of_squares(parts, indicators_.data() + indicator_at_[run++], norms_.data() + first * b);
     });
   }
 
-  // Every layer's output gradient rows scaled by the clip factors, and a dropped example's input
-  // rows zeroed: one pass per kMaxParts matrices.
+  // Every layer's output gradient rows scaled by the clip factors (a pass per kMaxParts
+  // matrices), and a dropped example's input rows zeroed (a thread per example).
   void clip_rows(size_t b) {
-    std::vector<std::pair<float*, size_t>> mats;
-    for (int l = 0; l < layers(); ++l) mats.emplace_back(grad_of_[l].data(), width(l + 1));
-    for (int l = 0; l < layers(); ++l) mats.emplace_back(act_[l].data(), width(l));
-    const auto grads = static_cast<size_t>(layers());
-    in_passes(mats, b, [&](const Parts& parts, size_t first) {
-      const int in_grads = static_cast<int>(std::clamp(grads, first, first + parts.count) - first);
-      for_n(parts.size(), ClipRows{parts, in_grads, scale_.data()});
+    std::vector<std::pair<float*, size_t>> grads, inputs;
+    for (int l = 0; l < layers(); ++l) {
+      grads.emplace_back(grad_of_[l].data(), width(l + 1));
+      inputs.emplace_back(act_[l].data(), width(l));
+    }
+    in_passes(grads, b, [&](const Parts& parts, size_t) {
+      for_n(parts.size(), ScaleRows{parts, scale_.data()});
+    });
+    in_passes(inputs, b, [&](const Parts& parts, size_t) {
+      for_n(b, ZeroDropped{parts, scale_.data()});
     });
   }
 
@@ -508,7 +533,7 @@ class Impl final : public DeviceMlp {
   std::vector<int> widths_;
   std::vector<size_t> offsets_;
   size_t num_params_ = 0;
-  size_t ghost_cols_ = 0;  // columns the ghost norms square per example
+  size_t ghost_cols_ = 0;  // the most columns the ghost norms square side by side, per example
   int device_ = 0;
   std::string name_;
 #if defined(DPG_DEVICE_CUDA)
@@ -528,6 +553,8 @@ class Impl final : public DeviceMlp {
   Buffer<float> loss_, scale_, ones_, squares_;
   Buffer<float> a2_;     // the batch's inputs' squared norms (from x2_)
   Buffer<float> norms_;  // the ghost norms' row sums of squares (ClipFactor's layout)
+  Buffer<float> indicators_;          // the ghost norms' runs' indicators, one after another
+  std::vector<size_t> indicator_at_;  // where each run's indicator starts
   Buffer<std::uint8_t> correct_;
   Buffer<std::int32_t> labels_;
   Buffer<std::uint32_t> idx_;
