@@ -126,27 +126,25 @@ struct Parts {
   };
   // Index k of the parts one after another: part p's element j is k less the sizes of the parts
   // before it.
-  DPG_HD At locate(size_t k) const {
+  DPG_HD At locate(size_t k) const { return walk(k, rows); }
+  // Element (i, c) of the parts side by side: part p's columns after those of the parts before.
+  DPG_HD At beside(size_t i, size_t c) const {
+    At at = walk(c, 1);
+    at.j += i * at.cols;
+    return at;
+  }
+
+ private:
+  // The part that k falls in when part p takes `per_col` * cols[p] places, and k's place in it.
+  DPG_HD At walk(size_t k, size_t per_col) const {
     At at{x[0], cols[0], k, 0};
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
     for (int q = 1; q < kMaxParts; ++q) {
-      const size_t n = rows * at.cols;  // the size of part q - 1 while `at` is there
+      const size_t n = per_col * at.cols;  // the size of part q - 1 while `at` is there
       if (q < count && at.part == q - 1 && at.j >= n) at = At{x[q], cols[q], at.j - n, q};
     }
-    return at;
-  }
-  // Element (i, c) of the parts side by side: part p's columns after those of the parts before.
-  DPG_HD At beside(size_t i, size_t c) const {
-    At at{x[0], cols[0], c, 0};
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-    for (int q = 1; q < kMaxParts; ++q) {
-      if (q < count && at.part == q - 1 && at.j >= at.cols) at = At{x[q], cols[q], at.j - at.cols, q};
-    }
-    at.j += i * at.cols;
     return at;
   }
 };
@@ -160,17 +158,6 @@ struct SquareBeside {
   DPG_HD void operator()(size_t k) const {
     const Parts::At at = in.beside(k / width, k % width);
     out[k] = at.x[at.j] * at.x[at.j];
-  }
-};
-
-// The indicator of the parts side by side: out is (count, width) row-major, row p one on part p's
-// columns and zero elsewhere.
-struct Indicator {
-  Parts in;
-  size_t width;
-  float* out;
-  DPG_HD void operator()(size_t k) const {
-    out[k] = in.beside(0, k % width).part == static_cast<int>(k / width) ? 1.0f : 0.0f;
   }
 };
 

@@ -151,12 +151,9 @@ class Impl final : public DeviceMlp {
     reserve(std::min<size_t>(rows_, 1024));
     for (size_t start = 0; start < rows_; start += capacity_) {
       const size_t n = std::min(capacity_, rows_ - start);
-      Parts one;
-      one.rows = n;
-      one.x[0] = x_.data() + start * inputs;
-      one.cols[0] = inputs;
-      one.count = 1;
-      sums_of_squares(one, ones_.data(), x2_.data() + start);  // one part's indicator: ones
+      in_passes({{x_.data() + start * inputs, inputs}}, n, [&](const Parts& one, size_t) {
+        sums_of_squares(one, ones_.data(), x2_.data() + start);  // one part's indicator: ones
+      });
     }
     sync();
   }
@@ -416,20 +413,20 @@ class Impl final : public DeviceMlp {
   // Each run's indicator (in_passes's runs of the ghost matrices), once: they depend on the
   // widths alone.
   void ghost_indicators() {
-    size_t total = 0;
-    in_passes(ghost_matrices(), 0, [&](const Parts& parts, size_t) {
-      ghost_cols_ = std::max(ghost_cols_, parts.width());
-      indicator_at_.push_back(total);
-      total += parts.count * parts.width();
-    });
-    indicators_.resize(total);
-    size_t run = 0;
+    std::vector<float> host;
     in_passes(ghost_matrices(), 0, [&](const Parts& parts, size_t) {
       const size_t width = parts.width();
-      for_n(parts.count * width,
-            Indicator{parts, width, indicators_.data() + indicator_at_[run++]});
+      ghost_cols_ = std::max(ghost_cols_, width);
+      indicator_at_.push_back(host.size());
+      host.resize(host.size() + parts.count * width, 0.0f);
+      size_t column = 0;  // where part p's columns start
+      for (int p = 0; p < parts.count; ++p) {
+        std::fill_n(host.begin() + indicator_at_.back() + p * width + column, parts.cols[p], 1.0f);
+        column += parts.cols[p];
+      }
     });
-    sync();
+    indicators_.resize(host.size());
+    indicators_.from_host(host);
   }
 
   // Calls pass(parts, first) for each run of up to kMaxParts of the (matrix, columns) list, all
