@@ -14,6 +14,7 @@
 
 #include "apps/commands.h"
 #include "apps/config_flags.h"
+#include "apps/device_setup.h"
 #include "apps/gossip_setup.h"
 #include "apps/guards.h"
 #include "apps/trace_output.h"
@@ -290,10 +291,16 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   Links links;
   if (peers.world() > 1) connect(links, c, flags, peers, algo, phases, tracer);
   collective::Communicator* comm = links.comm ? &*links.comm : nullptr;
-  train::Trainer trainer(c, load_or_prepare(c, peers.rank, peers.world()), comm,
-                         std::move(phases), &tracer);
-  trainer.set_stop_flag(&g_stop_requested);
-  if (peers.world() > 1) trainer.set_host_ids(host_ids(peers.hosts));
+  train::RunInputs in;
+  in.config = c;
+  in.data = load_or_prepare(c, peers.rank, peers.world());
+  in.comm = comm;
+  in.phases = std::move(phases);
+  if (peers.world() > 1) in.host_of = host_ids(peers.hosts);
+  in.tracer = &tracer;
+  in.backends = device_backends(c);
+  in.hooks.stop = &g_stop_requested;
+  train::Trainer trainer(std::move(in));
   const bool reporter = peers.rank == 0;
   const int epochs = epoch_count(c);
   const std::string run = c.run_name.empty() ? default_run_name(c, peers.world()) : c.run_name;

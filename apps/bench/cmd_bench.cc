@@ -28,6 +28,8 @@
 #include "runtime/model/mlp.h"
 #include "runtime/train/gradient.h"
 #include "runtime/train/optimizer.h"
+#include "runtime/train/run_setup.h"
+#include "runtime/train/run_state.h"
 
 namespace dpg::app {
 namespace {
@@ -73,30 +75,44 @@ double rate_of_steps(const std::function<void()>& step, const StepBenchOptions& 
   return median(rates);
 }
 
-// The CPU step's median samples/s (rate_of_steps).
+// The CPU step's median samples/s (rate_of_steps), on the state a run builds (train::plan_run
+// and build_state: the model, the mechanism and the optimiser of `dpgossip train`): one peer whose
+// o.batch random rows are its whole batch every step.
 // mode: "sgd", "dpsgd" or "dpsgd-secure" (the DP step with secure noise).
-double time_steps(const model::MlpSpec& spec, const std::string& mode, const StepBenchOptions& o) {
-  model::Mlp mlp(spec, 1);
-  model::Workspace ws;
-  ws.resize(spec, o.batch);
+double time_steps(const model::MlpSpec& spec, const std::string& mode, const StepBenchOptions& o,
+                  int threads) {
+  train::RunInputs in;
+  TrainConfig& c = in.config;
+  c.hidden = spec.hidden;
+  c.activation = spec.activation;
+  c.dp = mode != "sgd";
+  c.secure_noise = mode == "dpsgd-secure";
+  c.clip_norm = 1.0;
+  c.noise_multiplier = 1.0;
+  c.batch_size = o.batch;
+  c.epochs = 1;
+  c.lr = 1e-3;
+  c.momentum = 0.9;
+  c.threads = threads;
+  data::Dataset& d = in.data.train;
+  d.rows = static_cast<std::size_t>(o.batch);
+  d.cols = static_cast<std::size_t>(spec.inputs);
+  d.num_classes = spec.classes;
   Rng rng(2);
-  for (auto& v : ws.input()) v = static_cast<float>(rng.normal());
-  std::vector<std::int32_t> labels(o.batch);
-  for (auto& l : labels) l = static_cast<std::int32_t>(rng.below(spec.classes));
-  dp::MechanismOptions mo;
-  mo.enabled = mode != "sgd";
-  mo.secure_noise = mode == "dpsgd-secure";
-  mo.widest_layer = mlp.widest();
-  mo.clip_norm = 1.0f;
-  mo.noise_multiplier = 1.0;
-  mo.expected_batch = o.batch;
-  dp::GaussianMechanism mech(mlp.num_params(), mo, 3, 0);
-  train::Sgd sgd(mlp.num_params(), {.lr = 1e-3, .momentum = 0.9});
+  d.features.resize(d.rows * d.cols);
+  for (auto& v : d.features) v = static_cast<float>(rng.normal());
+  for (std::size_t i = 0; i < d.rows; ++i) {
+    d.labels.push_back(static_cast<std::int32_t>(rng.below(spec.classes)));
+  }
+  train::check_run(in);
+  const dp::PrivacyPlan plan = train::plan_run(in);
+  const std::unique_ptr<train::RunState> s = train::build_state(in, plan);
+  s->ws.resize(s->spec, d.rows);
+  std::copy(d.features.begin(), d.features.end(), s->ws.input().begin());
   train::StepStats stats;
-  train::StepBuffers buffers;
   auto step = [&] {
-    auto g = train::private_gradient(mlp, ws, labels, mech, buffers, stats);
-    sgd.apply(mlp.params(), g);
+    auto g = train::private_gradient(s->model, s->ws, d.labels, s->mechanism, s->buffers, stats);
+    s->sgd.apply(s->model.params(), g);
   };
   return rate_of_steps(step, o);
 }
@@ -294,7 +310,7 @@ void run_step_bench(const StepBenchOptions& o) {
       for (const auto& mode : modes) {
         rows.push_back({"dpgossip", device, mode, t, o.batch,
                         gpu >= 0 ? time_device_steps(spec, mode, o, gpu)
-                                 : time_steps(spec, mode, o)});
+                                 : time_steps(spec, mode, o, t)});
       }
       if (o.baseline == "torch") {
         const auto torch = torch_rows(o, t);

@@ -36,20 +36,40 @@ std::vector<int> ps_peers(const TrainConfig& c, int rank, int world,
   return out;
 }
 
-// One line per algorithm: algo, release, overlaps, uses_graph, asynchronous, peers, factory.
+}  // namespace
+
+// An algorithm's factory, defined in its own algo_*.cc file: declared where the table names it
+// (in dpg::train, outside the unnamed namespace),
+// so that a new algorithm is its file, its line below and its value of Algo.
+#define DPG_FACTORY(name)                                               \
+  [](const AlgoSetup& s) {                                              \
+    std::unique_ptr<Algorithm> name(const AlgoSetup& setup); /* NOLINT */ \
+    return name(s);                                                     \
+  }
+
+// One line per algorithm: algo, release, overlaps, streams, uses_graph, asynchronous, what it
+// allows (secure aggregation, independent init, nccl), peers, factory.
+constexpr bool yes = true, no = false;
 const AlgoInfo kAlgorithms[] = {
-    {Algo::single, dp::Release::summed, never, false, false, no_peers, make_single},
-    {Algo::allreduce, dp::Release::summed, with_buckets, false, false, no_peers, make_allreduce},
-    {Algo::gossip, dp::Release::own, always, true, false, neighbours, make_gossip},
-    {Algo::ps_sync, dp::Release::summed, never, false, false, ps_peers, make_ps_sync},
+    {Algo::single, dp::Release::summed, never, never, no, no, no, no, no, no_peers,
+     DPG_FACTORY(make_single)},
+    {Algo::allreduce, dp::Release::summed, with_buckets, with_buckets, no, no, yes, no, yes,
+     no_peers, DPG_FACTORY(make_allreduce)},
+    {Algo::gossip, dp::Release::own, always, never, yes, no, no, yes, yes, neighbours,
+     DPG_FACTORY(make_gossip)},
+    {Algo::ps_sync, dp::Release::summed, never, never, no, no, no, no, no, ps_peers,
+     DPG_FACTORY(make_ps_sync)},
     // Server threads answer while the workers compute.
-    {Algo::ps_async, dp::Release::own, always, false, true, ps_peers, make_ps_async},
-    {Algo::local_sgd, dp::Release::own, never, false, false, no_peers, make_local_sgd},
+    {Algo::ps_async, dp::Release::own, always, never, no, yes, no, no, no, ps_peers,
+     DPG_FACTORY(make_ps_async)},
+    {Algo::local_sgd, dp::Release::own, never, never, no, no, no, no, yes, no_peers,
+     DPG_FACTORY(make_local_sgd)},
     // Responders answer while the peer computes.
-    {Algo::ad_psgd, dp::Release::own, always, true, true, neighbours, make_ad_psgd},
+    {Algo::ad_psgd, dp::Release::own, always, never, yes, yes, no, yes, no, neighbours,
+     DPG_FACTORY(make_ad_psgd)},
 };
 
-}  // namespace
+#undef DPG_FACTORY
 
 void Algorithm::apply_on_device(long long, const dp::PrivateGradient*,
                                 const model::DeviceSgdOptions&) {
@@ -83,7 +103,8 @@ const AlgoInfo& algo_info(Algo algo) {
 }
 
 std::unique_ptr<Algorithm> make_algorithm(const AlgoSetup& setup) {
-  if (setup.comm == nullptr || setup.comm->world() == 1) return make_single(setup);
+  // One peer: the single algorithm's line, whatever the config names.
+  if (setup.comm == nullptr || setup.comm->world() == 1) return algo_info(Algo::single).make(setup);
   return algo_info(setup.config.algo).make(setup);
 }
 

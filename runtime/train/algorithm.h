@@ -20,12 +20,13 @@
 // array holds nothing else: the device noises the clipped sum before anything reads it), then
 // apply_on_device(t, ...) (below, "Device-resident training").
 //
-// Adding an algorithm: write a class deriving from Algorithm in its own file (algo_*.cc), give it
-// a line in the table in algorithm.cc (its name, how its noise reaches the model, whether its
-// transport must move data while the peer computes, which peers it talks to, and its factory),
-// and a value in the `Algo` enum and its names (runtime/core/train_config.h). Nothing in the
-// trainer changes. Updating on the device is optional: without it, a GPU peer's host model goes
-// to the device before each step.
+// Adding an algorithm: write a class deriving from Algorithm and its factory in a file of its own
+// (algo_*.cc), give it a line in the table in algorithm.cc (its name, how its noise reaches the
+// model, whether its transport must move data while the peer computes, what it allows, which
+// peers it talks to, and its factory), and a value in the `Algo` enum and its names
+// (runtime/core/train_config.h). Nothing in the trainer or the run's set-up changes: check_run
+// reads what the line allows. Updating on the device is optional: without it, a GPU peer's host
+// model goes to the device before each step.
 #pragma once
 
 #include <cstddef>
@@ -159,7 +160,7 @@ std::optional<collective::Hierarchy> make_hierarchy(const AlgoSetup& s);
 // one is set), and one key per pair bound to both ranks and `context` (the run's settings hash).
 dp::PairwiseMasker agree_masks(collective::Communicator& comm, std::uint64_t context);
 
-// The table every algorithm has one line in.
+// The table every algorithm has one line in (algorithm.cc).
 struct AlgoInfo {
   Algo algo;                        // its value of `algo` in the config
   dp::Release release;              // how a peer's noise reaches the model (the privacy plan)
@@ -168,12 +169,22 @@ struct AlgoInfo {
   // communication with computation (allreduce with bucket_bytes > 0), or answers other peers
   // asynchronously (gossip).
   bool (*overlaps)(const TrainConfig& c);
+  // Whether, under config c, it takes its gradient piece by piece as it is released
+  // (Algorithm::streams_gradient; the audit's canaries need the whole sum).
+  bool (*streams)(const TrainConfig& c);
   // It runs on the graphs of `topology` and `topology_schedule` (AlgoSetup::phases).
   bool uses_graph;
   // The peers run steps apart and exchange messages whenever they come (ps-async, ad-psgd):
   // the order of the float operations depends on timing, so a repeated step is not the same
   // release, and quiesce() has work to do (the stop checks are spaced out).
   bool asynchronous;
+  // What it allows, checked once by check_run (run_setup.h): secure aggregation's masked sum
+  // (the masks cancel only in a sum over every peer); peers that start from different models
+  // (init independent: only an algorithm that mixes them reports one model); its messages
+  // through --transport nccl's collectives on device memory.
+  bool secure_aggregation;
+  bool independent_init;
+  bool nccl;
   // The peers this rank exchanges messages with, beyond the collectives' own.
   std::vector<int> (*peers)(const TrainConfig& c, int rank, int world,
                             const std::vector<GossipPhase>& phases);

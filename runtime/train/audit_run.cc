@@ -217,26 +217,30 @@ AuditResult run_audit(const TrainConfig& c, data::Prepared data, const AuditOpti
     draw_inputs(auditor, included, data.train, images, labels);
   }
 
-  Trainer trainer(c, std::move(data));
+  RunInputs in;
+  in.config = c;
+  in.data = std::move(data);
   std::vector<float> initial;  // gradient canaries: their coordinates before the first step
-  std::optional<GradientCanaries> hook;
+  std::optional<GradientCanaries> hook;  // made once the plan fixes the sampling rate
+  std::vector<std::size_t> in_coords;
   if (o.kind == CanaryKind::gradient) {
-    std::vector<std::size_t> in_coords;
     for (std::size_t j = 0; j < m; ++j) {
       if (included[j]) in_coords.push_back(coords[j]);
     }
-    hook.emplace(std::move(in_coords), trainer.plan().accountant_q(),
-                 static_cast<float>(c.clip_norm), c.dp,
-                 c.noise_seed != 0 ? c.noise_seed : secret_seed());
-    trainer.set_sum_hook([&](long long, std::span<float> sum) { hook->add(sum); });
-    trainer.set_step_hook([&](long long t) {
+    in.hooks.sum = [&](long long, std::span<float> sum) { hook->add(sum); };
+    in.hooks.step = [&](long long t, std::span<const float> p) {
       if (t != 0) return;
-      const std::span<const float> p = trainer.params();
       initial.resize(3 * m);
       for (std::size_t j = 0; j < m; ++j) {
         for (std::size_t k = 0; k < 3; ++k) initial[3 * j + k] = p[coords[j] + k - 1];
       }
-    });
+    };
+  }
+  Trainer trainer(std::move(in));
+  if (o.kind == CanaryKind::gradient) {
+    hook.emplace(std::move(in_coords), trainer.plan().accountant_q(),
+                 static_cast<float>(c.clip_norm), c.dp,
+                 c.noise_seed != 0 ? c.noise_seed : secret_seed());
   }
   r.summary = trainer.run([](const EpochReport&) {});
   r.sample_rate = trainer.plan().accountant_q();

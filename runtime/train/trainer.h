@@ -5,7 +5,6 @@
 // same for all of them.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -16,14 +15,13 @@
 
 #include "dp/privacy_plan.h"
 #include "runtime/collective/communicator.h"
-#include "runtime/collective/device_collectives.h"
 #include "runtime/core/trace.h"
 #include "runtime/core/train_config.h"
 #include "runtime/data/dataset.h"
-#include "runtime/model/device_mlp.h"
 #include "runtime/train/gossip.h"
 #include "runtime/train/gradient.h"
 #include "runtime/train/report.h"
+#include "runtime/train/run_setup.h"
 
 namespace dpg::train {
 
@@ -33,70 +31,60 @@ class CheckpointDir;
 
 class Trainer {
  public:
-  // `comm` (null for one process) must outlive the trainer; every peer passes the same config.
-  // `phases` are the graphs of the run for graph-based algorithms (gossip); the transport of
-  // `comm` must connect every peer the algorithm talks to (algo_info(...).peers).
-  // `tracer` (null or off: no timeline) records the step's spans and the epsilon spent.
+  // Checks the run (check_run) and fixes its privacy plan (plan_run; collective: every peer
+  // constructs its trainer at the same point).
+  explicit Trainer(RunInputs in);
+  // A run without backends or hooks (tests, one process).
   Trainer(TrainConfig config, data::Prepared data, collective::Communicator* comm = nullptr,
           std::vector<GossipPhase> phases = {}, trace::Tracer* tracer = nullptr);
   ~Trainer();
-  // host_of[r]: rank r's host, for the hierarchical all-reduce (by default every rank is on a
-  // host of its own). Set before run(), the same on every peer.
-  void set_host_ids(std::vector<int> host_of) { host_of_ = std::move(host_of); }
-  // Runs every step; calls on_epoch after each epoch's evaluation, and on_consensus every
-  // metrics_every steps when the algorithm's replicas differ. With a checkpoint_dir it writes
-  // checkpoints every checkpoint_every steps, and with resume it first continues from the
-  // newest one every peer has (docs/RELIABILITY.md). When the stop flag is seen set at a stop
-  // check (every peer agrees on the step), it writes a checkpoint there (with a
-  // checkpoint_dir) and returns a summary with stopped_at set, without evaluating.
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Builds the run's state (build_state) and runs every step; calls on_epoch after each
+  // epoch's evaluation, and on_consensus every metrics_every steps when the algorithm's
+  // replicas differ. With a checkpoint_dir it writes checkpoints every checkpoint_every steps,
+  // and with resume it first continues from the newest one every peer has
+  // (docs/RELIABILITY.md). When the stop flag is seen set at a stop check (every peer agrees on
+  // the step), it writes a checkpoint there (with a checkpoint_dir) and returns a summary with
+  // stopped_at set, without evaluating.
   TrainSummary run(const std::function<void(const EpochReport&)>& on_epoch,
                    const std::function<void(const ConsensusReport&)>& on_consensus = {});
 
-  // Called with t before step t (tests slow one peer down, or make it fail mid-run, with it).
-  // Set before run().
-  void set_step_hook(std::function<void(long long t)> hook) { step_hook_ = std::move(hook); }
-  // Called in step t with this peer's clipped sum just before the noise (gradient.h, SumHook):
-  // what it adds is noised and released as the examples' share is. For the audit's gradient
-  // canaries; not with an algorithm that streams its gradient. Set before run().
-  void set_sum_hook(std::function<void(long long t, std::span<float> sum)> hook) {
-    sum_hook_ = std::move(hook);
-  }
-  // With device cuda: makes the device model instead of the CUDA backend (tests run the
-  // trainer's device path on the backend's host instance, model::make_host_thrust_mlp). Set
-  // before run().
-  using DeviceFactory = std::function<std::unique_ptr<model::DeviceMlp>(
-      const model::MlpSpec& spec, std::span<const float> params)>;
-  void set_device_factory(DeviceFactory f) { device_factory_ = std::move(f); }
-  // With transport nccl: makes the collectives on the device's memory instead of NCCL (tests
-  // pair the host instance with collective::HostMemoryCollectives). Collective, like NCCL's
-  // set-up. Set before run().
-  using DirectFactory =
-      std::function<std::unique_ptr<collective::DeviceCollectives>(collective::Communicator&)>;
-  void set_direct_factory(DirectFactory f) { direct_factory_ = std::move(f); }
-  // A flag a signal handler sets (async-signal-safe: a lock-free atomic); read at each stop
-  // check. Must outlive run().
-  void set_stop_flag(const std::atomic<bool>* flag) { stop_flag_ = flag; }
-
-  const TrainConfig& config() const { return config_; }
+  const TrainConfig& config() const { return in_.config; }
   const dp::PrivacyPlan& plan() const { return plan_; }
   // The split the run evaluates (config eval_split): test, or the held-out validation rows.
-  const data::Dataset& eval_data() const {
-    return config_.eval_split == EvalSplit::validation ? data_.validation : data_.test;
-  }
+  const data::Dataset& eval_data() const { return eval_split(in_); }
   double sample_rate() const { return plan_.q; }
   long long total_steps() const { return plan_.steps; }
   double noise_multiplier() const { return plan_.sigma; }
-  int rank() const { return comm_ ? comm_->rank() : 0; }
-  int world() const { return comm_ ? comm_->world() : 1; }
-  // This peer's model (its last iterate) once run() has returned; empty before.
+  int rank() const { return in_.comm ? in_.comm->rank() : 0; }
+  int world() const { return in_.comm ? in_.comm->world() : 1; }
+  // This peer's model: its last iterate once run() has returned, its current one in a step
+  // hook; empty before run().
   std::span<const float> params() const;
+
  private:
   struct EpochTotals {
     double loss_sum = 0;
     long long seen = 0, correct = 0;
   };
+  struct Loop;  // where the loop stands (trainer.cc)
+
+  // The loop: start (build, resume, the first report), each epoch's steps and report, finish
+  // (the summary). run() poisons the transport when one of them throws.
+  TrainSummary run_steps(const std::function<void(const EpochReport&)>& on_epoch,
+                         const std::function<void(const ConsensusReport&)>& on_consensus);
+  void start(Loop& loop);
+  // Steps to the end of `epoch` (or to a stop); returns false when the run stopped.
+  bool run_epoch(Loop& loop, int epoch);
+  void report_epoch(Loop& loop, int epoch);
+  TrainSummary finish(Loop& loop);
+  // The consensus distance every metrics_every steps, when the replicas differ.
+  void report_consensus(Loop& loop, long long round);
+
   // Sample, forward, backward with per-example norms, clip and noise, exchange and update,
-  // account.
+  // account (trainer_step.cc).
   void step(RunState& s, long long t, EpochTotals& totals, TrainSummary& summary) const;
   // The step's released gradient (sample, forward, backward, clip, noise) on the CPU, or on the
   // GPU of --device cuda.
@@ -110,6 +98,7 @@ class Trainer {
   // the host's state to the device (after the start's broadcast and a resume).
   void pull_model(RunState& s, bool momentum) const;
   void push_model(RunState& s) const;
+
   EpochReport evaluate_epoch(RunState& s, int epoch, long long t, const EpochTotals& totals) const;
   // The spread of the peers' models, and with `eval` the models on metrics_eval_rows test rows.
   ConsensusReport consensus(RunState& s, long long round, bool eval) const;
@@ -120,13 +109,7 @@ class Trainer {
     double messages = 0;
   };
   Spent spent(const RunState& s, long long t) const;
-  // run() itself; run() poisons the transport when this throws (see there).
-  TrainSummary run_steps(const std::function<void(const EpochReport&)>& on_epoch,
-                         const std::function<void(const ConsensusReport&)>& on_consensus);
   void log_start() const;
-  // The run's privacy plan: the noise multiplier calibrated by rank 0 and checked by the others
-  // (collective), or computed by each peer where nothing is searched for.
-  dp::PrivacyPlan agreed_plan(const dp::PlanInputs& in) const;
   // The last step of `epoch` (1-based; 0 gives 0).
   long long epoch_end(int epoch) const;
 
@@ -145,20 +128,9 @@ class Trainer {
   // The highest step the ledger may say this peer reached from boundary t.
   long long reservation_from(long long t) const;
 
-  TrainConfig config_;
-  data::Prepared data_;
-  collective::Communicator* comm_;
-  std::vector<GossipPhase> phases_;
-  std::vector<int> host_of_;  // rank r's host (set_host_ids); empty: one host per rank
-  trace::Tracer* tracer_;
-  double total_rows_ = 0;
+  RunInputs in_;
   dp::PrivacyPlan plan_;
   std::unique_ptr<RunState> state_;  // kept after run() for params()
-  std::function<void(long long t)> step_hook_;
-  std::function<void(long long t, std::span<float> sum)> sum_hook_;
-  const std::atomic<bool>* stop_flag_ = nullptr;
-  DeviceFactory device_factory_;
-  DirectFactory direct_factory_;
   std::unique_ptr<CheckpointDir> checkpoints_;
   long long start_step_ = 0;       // where this run began (0, or the step it resumed from)
   long long reserved_floor_ = 0;   // steps an abandoned continuation reached that a replay repeats

@@ -48,7 +48,7 @@ std::vector<long long> gather(collective::Communicator* comm, long long mine) {
 }  // namespace
 
 long long Trainer::reservation_from(long long t) const {
-  const long long every = config_.checkpoint_every;
+  const long long every = in_.config.checkpoint_every;
   return every > 0 ? std::min(plan_.steps, t + every) : plan_.steps;
 }
 
@@ -63,7 +63,7 @@ long long Trainer::agree_on_step(const std::vector<long long>& mine, std::string
     for (long long st : mine) {
       if (st <= bound) offer = st;
     }
-    const auto all = gather(comm_, offer);
+    const auto all = gather(in_.comm, offer);
     if (round == 0) {
       any = *std::max_element(all.begin(), all.end()) >= 0;
       for (std::size_t r = 0; r < all.size(); ++r) {
@@ -78,7 +78,7 @@ long long Trainer::agree_on_step(const std::vector<long long>& mine, std::string
 }
 
 Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
-  const TrainConfig& c = config_;
+  const TrainConfig& c = in_.config;
   const bool async = world() > 1 && algo_info(c.algo).asynchronous;
   stop_check_every_ = c.stop_check_every > 0 ? c.stop_check_every : (async ? 0 : kStopCheckEvery);
   Progress p;
@@ -95,7 +95,7 @@ Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
     dir.reserve(reservation_from(0));
     return p;
   }
-  const RunIdentity id{c, plan_, rank(), world(), data_.train.rows};
+  const RunIdentity id{c, plan_, rank(), world(), in_.data.train.rows};
   std::vector<long long> mine;
   for (long long st : dir.valid_steps(warn)) {
     check_same_run(dir.read(st), id);  // another run's checkpoint is an error, not damage
@@ -124,8 +124,8 @@ Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
     s.algorithm->restore(common, *ck);
     dir.remove_after(common);  // an abandoned continuation's
   }
-  const auto reached = gather(comm_, ledger.value_or(0));
-  const auto exacts = gather(comm_, exact ? 1 : 0);
+  const auto reached = gather(in_.comm, ledger.value_or(0));
+  const auto exacts = gather(in_.comm, exact ? 1 : 0);
   const long long reach = *std::max_element(reached.begin(), reached.end());
   exact = *std::min_element(exacts.begin(), exacts.end()) == 1;
   start_step_ = p.step;
@@ -159,15 +159,15 @@ Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
 
 bool Trainer::at_boundary(RunState& s, const Progress& p, bool epoch_start) {
   const long long t = p.step;
-  const long long every = config_.checkpoint_every;
+  const long long every = in_.config.checkpoint_every;
   const bool checkpoint_due = checkpoints_ && every > 0 && t % every == 0 && t != start_step_;
   const bool check_due = epoch_start || (stop_check_every_ > 0 && t % stop_check_every_ == 0);
   if (!checkpoint_due && !check_due) return false;
-  if (comm_) s.algorithm->quiesce(t);
-  bool stop = stop_flag_ != nullptr && stop_flag_->load(std::memory_order_relaxed);
-  if (comm_) {
+  if (in_.comm) s.algorithm->quiesce(t);
+  bool stop = in_.hooks.stop != nullptr && in_.hooks.stop->load(std::memory_order_relaxed);
+  if (in_.comm) {
     double flags = stop ? 1.0 : 0.0;
-    comm_->allreduce(std::span<double>(&flags, 1), collective::Reduce::sum);
+    in_.comm->allreduce(std::span<double>(&flags, 1), collective::Reduce::sum);
     stop = flags > 0;
   }
   if (stop && rank() == 0) {
@@ -176,15 +176,15 @@ bool Trainer::at_boundary(RunState& s, const Progress& p, bool epoch_start) {
   }
   if ((stop || checkpoint_due) && checkpoints_) {
     write_checkpoint(s, p, stop);
-    if (comm_) comm_->barrier();
+    if (in_.comm) in_.comm->barrier();
   }
   return stop;
 }
 
 void Trainer::write_checkpoint(RunState& s, const Progress& p, bool stopping) {
-  trace::Span span(tracer_, "checkpoint", "io");
+  trace::Span span(in_.tracer, "checkpoint", "io");
   pull_model(s, true);
-  const RunIdentity id{config_, plan_, rank(), world(), data_.train.rows};
+  const RunIdentity id{in_.config, plan_, rank(), world(), in_.data.train.rows};
   Checkpoint ck = save_run_state(s, p, id);
   s.algorithm->save(p.step, ck);
   checkpoints_->write(p.step, ck);

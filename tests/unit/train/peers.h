@@ -67,6 +67,7 @@ struct PeerResult {
   std::vector<float> params;
   std::vector<train::EpochReport> epochs;
   std::string error;  // the peer's exception, "" when it finished
+  double noise_multiplier = 0;  // the plan's, once the trainer was built
   // When run() threw: what a wait on its transport then throws (a receive nobody sends). The
   // trainer poisons the transport as it fails, so this is its failure, not a timeout.
   std::string transport_after;
@@ -83,7 +84,7 @@ inline std::vector<PeerResult> run_peers(
     const std::vector<train::GossipPhase>& phases = {},
     std::chrono::milliseconds timeout = std::chrono::seconds(20),
     const std::function<void(int rank, long long step)>& step_hook = {},
-    const std::function<void(int rank, train::Trainer& trainer)>& setup = {},
+    const std::function<void(int rank, train::RunInputs& in)>& setup = {},
     const std::function<TrainConfig(int rank)>& config_for = {}) {
   net::InprocFabric fabric(world, timeout);
   std::vector<PeerResult> out(static_cast<std::size_t>(world));
@@ -95,9 +96,17 @@ inline std::vector<PeerResult> run_peers(
       try {
         collective::Communicator comm(fabric.peer(r));
         data::Prepared d{blobs(rows_per_peer, 100 + static_cast<std::uint64_t>(r)), test, {}};
-        train::Trainer t(config_for ? config_for(r) : c, std::move(d), &comm, phases);
-        if (step_hook) t.set_step_hook([&step_hook, r](long long s) { step_hook(r, s); });
-        if (setup) setup(r, t);
+        train::RunInputs in;
+        in.config = config_for ? config_for(r) : c;
+        in.data = std::move(d);
+        in.comm = &comm;
+        in.phases = phases;
+        if (step_hook) {
+          in.hooks.step = [&step_hook, r](long long s, std::span<const float>) { step_hook(r, s); };
+        }
+        if (setup) setup(r, in);
+        train::Trainer t(std::move(in));
+        res.noise_multiplier = t.noise_multiplier();
         try {
           res.summary = t.run([&](const train::EpochReport& e) { res.epochs.push_back(e); });
         } catch (const std::exception&) {

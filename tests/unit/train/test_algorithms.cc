@@ -60,10 +60,10 @@ TEST_CASE("the noise multiplier is searched for once, and every peer holds the s
   c.noise_multiplier = 0;
   c.target_epsilon = 3;
   const auto phases = test::graph_phases("ring", 3);
-  std::vector<double> sigma(3);
-  auto res = test::run_peers(3, c, 400, phases, std::chrono::seconds(20), {},
-                             [&](int r, train::Trainer& t) { sigma[r] = t.noise_multiplier(); });
+  auto res = test::run_peers(3, c, 400, phases, std::chrono::seconds(20));
   for (const auto& p : res) REQUIRE(p.error == "");
+  std::vector<double> sigma;
+  for (const auto& p : res) sigma.push_back(p.noise_multiplier);
   // Every peer holds the multiplier one search gives, and spends at most the target with it.
   dp::PlanInputs in;
   in.release = dp::Release::own;

@@ -112,19 +112,21 @@ std::vector<test::PeerResult> run(const TrainConfig& c, int world, const Options
   std::vector<std::atomic<bool>> flags(static_cast<std::size_t>(world));
   return test::run_peers(
       world, c, 400, o.phases, std::chrono::seconds(20), {},
-      [&](int r, train::Trainer& t) {
+      [&](int r, train::RunInputs& t) {
         auto& n = counts[static_cast<std::size_t>(r)];
-        t.set_device_factory([&n](const model::MlpSpec& spec, std::span<const float> params) {
+        t.backends.device = [&n](const model::MlpSpec& spec, std::span<const float> params, int) {
           return std::make_unique<CountingDevice>(model::make_host_thrust_mlp(spec, params), n);
-        });
+        };
         if (o.direct) {
-          t.set_direct_factory([](collective::Communicator& comm) {
+          t.backends.direct = [](collective::Communicator& comm) {
             return std::make_unique<collective::HostMemoryCollectives>(comm);
-          });
+          };
         }
         auto& flag = flags[static_cast<std::size_t>(r)];
-        t.set_stop_flag(&flag);
-        if (o.hook) t.set_step_hook([&o, &flag, r](long long s) { o.hook(r, s, flag); });
+        t.hooks.stop = &flag;
+        if (o.hook) {
+          t.hooks.step = [&o, &flag, r](long long s, std::span<const float>) { o.hook(r, s, flag); };
+        }
       },
       [&](int) {
         TrainConfig mine = c;
@@ -369,14 +371,17 @@ TEST_CASE("device: the route of the float all-reduces into the direct collective
           c.transport = TransportMode::nccl;
           c.metrics_every = 2;  // consensus reports: float all-reduces of the models
           data::Prepared d{test::blobs(200, 100 + static_cast<std::uint64_t>(r)), test, {}};
-          train::Trainer t(c, std::move(d), &comm);
-          t.set_device_factory([](const model::MlpSpec& spec, std::span<const float> params) {
+          train::RunInputs t;
+          t.config = c;
+          t.data = std::move(d);
+          t.comm = &comm;
+          t.backends.device = [](const model::MlpSpec& spec, std::span<const float> params, int) {
             return model::make_host_thrust_mlp(spec, params);
-          });
-          t.set_direct_factory([routed](collective::Communicator& cm) {
+          };
+          t.backends.direct = [routed](collective::Communicator& cm) {
             return std::make_unique<RoutingCollectives>(cm, routed);
-          });
-          t.run([](const train::EpochReport&) {}, {});
+          };
+          train::Trainer(std::move(t)).run([](const train::EpochReport&) {}, {});
           during[static_cast<std::size_t>(r)] = routed->load();
         }
         std::vector<float> v = {1.0f + static_cast<float>(r), 10.0f};

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/device_setup.h"
 #include "runtime/core/error.h"
 #include "runtime/model/device_mlp.h"
 #include "tests/unit/train/peers.h"
@@ -25,11 +26,12 @@ std::vector<test::PeerResult> run(const TrainConfig& c, int world,
   };
   return test::run_peers(
       world, c, 400, {}, std::chrono::seconds(20), {},
-      [&](int r, train::Trainer& t) {
+      [&](int r, train::RunInputs& t) {
         if (!on_device(r)) return;
-        t.set_device_factory([](const model::MlpSpec& spec, std::span<const float> params) {
+        t.backends.device = [](const model::MlpSpec& spec, std::span<const float> params, int) {
           return model::make_host_thrust_mlp(spec, params);
-        });
+        };
+        t.backends.direct = app::device_backends(t.config).direct;  // NCCL's, as train's
       },
       [&](int r) {
         TrainConfig mine = c;
@@ -93,10 +95,10 @@ TEST_CASE("device path: gossip on the device keeps the graph algorithm's reports
   c.epochs = 2;
   const auto res = test::run_peers(
       3, c, 400, test::graph_phases("ring", 3), std::chrono::seconds(20), {},
-      [](int, train::Trainer& t) {
-        t.set_device_factory([](const model::MlpSpec& spec, std::span<const float> params) {
+      [](int, train::RunInputs& t) {
+        t.backends.device = [](const model::MlpSpec& spec, std::span<const float> params, int) {
           return model::make_host_thrust_mlp(spec, params);
-        });
+        };
       },
       [&](int) {
         TrainConfig mine = c;
@@ -128,7 +130,9 @@ TEST_CASE("device path: secure noise and secure aggregation are refused; no GPU 
     c.secure_aggregation = false;
     c.device = "cuda:1";
     c.noise_seed = 7;
-    res = test::run_peers(2, c, 100, {}, std::chrono::seconds(5));
+    // The backends `dpgossip train` hands its runs.
+    res = test::run_peers(2, c, 100, {}, std::chrono::seconds(5), {},
+                          [](int, train::RunInputs& in) { in.backends = app::device_backends(in.config); });
     for (int r = 0; r < 2; ++r) {
       CAPTURE(res[r].error);
       CHECK(res[r].error != "");
@@ -148,8 +152,8 @@ TEST_CASE("device path: --transport nccl needs device cuda and allreduce, local-
   c.device = "cuda";
   c.algo = Algo::ad_psgd;
   res = test::run_peers(2, c, 100, test::graph_phases("ring", 2));
-  CHECK(res[0].error.find("/transport: nccl carries the all-reduces of allreduce and local-sgd "
-                          "and gossip's neighbour exchange, not ad-psgd") != std::string::npos);
+  CHECK(res[0].error.find("/transport: nccl carries the messages of allreduce, gossip or "
+                          "local-sgd only, not ad-psgd's") != std::string::npos);
   c.algo = Algo::allreduce;
   c.bucket_bytes = 1024;
   res = test::run_peers(2, c, 100);

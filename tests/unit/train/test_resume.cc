@@ -39,10 +39,12 @@ std::vector<test::PeerResult> run(int world, const TrainConfig& c,
                                   const Hook& hook = {},
                                   std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
   std::vector<std::atomic<bool>> flags(static_cast<std::size_t>(world));
-  return test::run_peers(world, c, 400, phases, timeout, {}, [&](int r, train::Trainer& t) {
+  return test::run_peers(world, c, 400, phases, timeout, {}, [&](int r, train::RunInputs& t) {
     auto& flag = flags[static_cast<std::size_t>(r)];
-    t.set_stop_flag(&flag);
-    if (hook) t.set_step_hook([&hook, &flag, r](long long s) { hook(r, s, flag); });
+    t.hooks.stop = &flag;
+    if (hook) {
+      t.hooks.step = [&hook, &flag, r](long long s, std::span<const float>) { hook(r, s, flag); };
+    }
   });
 }
 

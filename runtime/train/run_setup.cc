@@ -1,0 +1,239 @@
+#include "runtime/train/run_setup.h"
+
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/model/blas_threads.h"
+#include "runtime/train/run_state.h"
+
+namespace dpg::train {
+namespace {
+
+[[noreturn]] void refuse(const std::string& message) { fail(Code::invalid_argument, message); }
+
+// "allreduce", "gossip or local-sgd": the algorithms whose line has `allowed`.
+std::string algos_with(bool AlgoInfo::*allowed) {
+  std::vector<std::string> names;
+  for (int a = 0; a < static_cast<int>(std::size(EnumNames<Algo>::names)); ++a) {
+    const Algo algo = static_cast<Algo>(a);
+    if (algo_info(algo).*allowed) names.push_back(to_string(algo));
+  }
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  }
+  return out;
+}
+
+// What the algorithm's line allows.
+void check_algorithm(const RunInputs& in, const AlgoInfo& a) {
+  const TrainConfig& c = in.config;
+  if (c.init == Init::independent && !a.independent_init) {
+    // The other algorithms keep one model (or average to one): peers starting apart would
+    // evaluate and report a mixture of different models.
+    refuse("/init: independent needs an algorithm that mixes the peers' models (" +
+           algos_with(&AlgoInfo::independent_init) + "), not " + to_string(c.algo));
+  }
+  if (c.secure_aggregation && !a.secure_aggregation) {
+    refuse("/secure_aggregation: only with algo " + algos_with(&AlgoInfo::secure_aggregation) +
+           " (the masks cancel in a sum over every peer), not " + to_string(c.algo));
+  }
+  if (c.transport == TransportMode::nccl && !a.nccl) {
+    refuse("/transport: nccl carries the messages of " + algos_with(&AlgoInfo::nccl) +
+           " only, not " + to_string(c.algo) + "'s (use auto, tcp or shm)");
+  }
+  if (in.hooks.sum && a.streams(c)) {
+    refuse("/algo: " + to_string(c.algo) + " hands its gradient over in parts under this "
+           "configuration; the audit's canaries need the whole clipped sum");
+  }
+}
+
+// What the settings allow together, and the backends apps/ handed in.
+void check_settings(const RunInputs& in) {
+  const TrainConfig& c = in.config;
+  const bool cuda = parse_device(c.device).cuda;
+  if (c.secure_aggregation) {
+    if (!c.dp) refuse("/secure_aggregation: needs dp (it aggregates noised gradients)");
+    if (c.noise_mode != NoiseMode::distributed) {
+      refuse("/secure_aggregation: needs noise_mode distributed (the sum carries the noise; "
+             "masked messages need no noise of their own)");
+    }
+    if (c.bucket_bytes > 0) refuse("/secure_aggregation: not with bucket_bytes (one masked sum per step)");
+    if (c.hierarchical) refuse("/secure_aggregation: not with hierarchical (the masks cancel only in the flat sum)");
+  }
+  if (c.transport == TransportMode::nccl) {
+    if (!cuda) {
+      refuse("/transport: nccl reduces on the GPU of device cuda or cuda:N, not on device " +
+             c.device);
+    }
+    if (c.bucket_bytes > 0 || c.hierarchical) {
+      refuse(std::string("/transport: nccl reduces the whole gradient at once; not with ") +
+             (c.bucket_bytes > 0 ? "bucket_bytes" : "hierarchical"));
+    }
+    if (in.comm != nullptr && !in.backends.direct) {
+      fail(Code::failed_precondition, "/transport: nccl, but no collectives on device memory "
+                                      "were handed to the run");
+    }
+  }
+  if (cuda && (c.secure_noise || c.secure_aggregation)) {
+    refuse(std::string("/device: ") + c.device + " draws Philox noise on the GPU; " +
+           (c.secure_noise ? "secure_noise" : "secure_aggregation") +
+           " draws its noise on the CPU (use device cpu)");
+  }
+  if (cuda && in.hooks.sum) {
+    fail(Code::failed_precondition,
+         "/device: the audit's canaries join the clipped sum on the CPU; use device cpu");
+  }
+  if (cuda && !in.backends.device) {
+    fail(Code::failed_precondition, "/device: " + c.device + ", but no GPU backend was handed "
+                                    "to the run");
+  }
+}
+
+int rank_of(const RunInputs& in) { return in.comm ? in.comm->rank() : 0; }
+int world_of(const RunInputs& in) { return in.comm ? in.comm->world() : 1; }
+
+// The noise multiplier's search (a dozen accountant evaluations, seconds with PLD at small
+// rates) runs once, on rank 0, not on every peer at once. Each other peer takes rank 0's
+// multiplier only after checking that it meets the target by its own evaluation, the property
+// calibration guarantees: a peer's privacy never rests on another peer's word.
+dp::PrivacyPlan agreed_plan(const dp::PlanInputs& in, collective::Communicator* comm) {
+  if (comm == nullptr || comm->world() == 1 || !in.dp || in.noise_multiplier > 0 ||
+      in.secure_aggregation) {
+    return dp::plan_privacy(in);
+  }
+  double sigma = std::numeric_limits<double>::quiet_NaN();  // NaN: rank 0's plan failed
+  std::optional<dp::PrivacyPlan> mine;
+  std::exception_ptr error;
+  if (comm->rank() == 0) {
+    try {
+      mine = dp::plan_privacy(in);
+      sigma = mine->sigma;
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  try {
+    comm->broadcast(std::as_writable_bytes(std::span<double>(&sigma, 1)), 0);
+  } catch (const Error& e) {
+    fail(e.code(), std::string("waiting for rank 0's calibrated noise multiplier: ") + e.what());
+  }
+  if (comm->rank() == 0) {
+    if (error) std::rethrow_exception(error);
+    return *mine;
+  }
+  if (std::isnan(sigma)) return dp::plan_privacy(in);  // rank 0 failed: the same error here
+  return dp::plan_with_multiplier_from(in, sigma,
+                                       "rank " + std::to_string(comm->rank()) + ": rank 0");
+}
+
+// With device cuda: the model on the GPU and the training rows there, and with transport nccl
+// the collectives on its memory (collective: every peer sets up NCCL here).
+void place_on_device(RunState& s, const RunInputs& in) {
+  const TrainConfig& c = in.config;
+  if (!parse_device(c.device).cuda) return;
+  s.device = in.backends.device(s.spec, s.model.params(), rank_of(in));
+  s.device->upload_rows(in.data.train.features, in.data.train.labels);
+  DPG_INFO("train: rank " << rank_of(in) << " computes on " << s.device->device_name());
+  if (in.comm == nullptr || c.transport != TransportMode::nccl) return;
+  s.direct = in.backends.direct(*in.comm);
+  if (auto route = s.direct->host_route()) {
+    in.comm->route_float_allreduce(std::move(route));
+    s.float_route.comm = in.comm;
+  }
+  DPG_INFO("train: rank " << rank_of(in) << ": " << to_string(c.algo)
+                          << "'s messages and the float all-reduces through NCCL");
+}
+
+}  // namespace
+
+const data::Dataset& eval_split(const RunInputs& in) {
+  return in.config.eval_split == EvalSplit::validation ? in.data.validation : in.data.test;
+}
+
+void check_run(const RunInputs& in) {
+  validate(in.config);
+  check_algorithm(in, algo_info(in.config.algo));
+  check_settings(in);
+  if (in.data.train.rows == 0) {
+    refuse("train: rank " + std::to_string(rank_of(in)) + "'s training shard is empty");
+  }
+  if (in.config.eval_split == EvalSplit::validation && in.data.validation.rows == 0) {
+    refuse("/eval_split: the data folder " + in.config.data +
+           " holds no validation rows (prepare it with --validation N)");
+  }
+}
+
+dp::PrivacyPlan plan_run(const RunInputs& in) {
+  const TrainConfig& c = in.config;
+  // Every peer's shard size (public: the manifest has them), for the sampling rates.
+  std::vector<double> rows(static_cast<std::size_t>(world_of(in)), 0.0);
+  rows[static_cast<std::size_t>(rank_of(in))] = static_cast<double>(in.data.train.rows);
+  if (in.comm) in.comm->allreduce(std::span<double>(rows), collective::Reduce::sum);
+  double total_rows = 0;
+  for (double r : rows) total_rows += r;
+  if (c.batch_size > total_rows) {
+    refuse("batch_size: " + std::to_string(c.batch_size) + " exceeds the " +
+           std::to_string(total_rows) + " training examples");
+  }
+  dp::PlanInputs p;
+  p.dp = c.dp;
+  p.release = world_of(in) > 1 ? algo_info(c.algo).release : dp::Release::summed;
+  p.distributed_noise = c.noise_mode == NoiseMode::distributed;
+  p.target_messages = c.target == PrivacyTarget::messages;
+  p.shard_rows = rows;
+  p.batch_size = c.batch_size;
+  p.epochs = c.epochs;
+  p.noise_multiplier = c.noise_multiplier;
+  p.target_epsilon = c.target_epsilon;
+  p.delta = c.delta;
+  p.accountant = c.accountant == PrivacyAccountant::pld ? dp::AccountantKind::pld
+                                                       : dp::AccountantKind::rdp;
+  p.secure_aggregation = c.secure_aggregation;
+  if (p.secure_aggregation) {
+    // d, for the rounding's share of the grid's sensitivity: sum over layers of (in + 1) * out.
+    const std::vector<int> w = spec_for(c, in.data.train).widths();
+    for (std::size_t l = 0; l + 1 < w.size(); ++l) p.num_params += double(w[l] + 1) * w[l + 1];
+  }
+  try {
+    return agreed_plan(p, in.comm);
+  } catch (const Error& e) {
+    fail(e.code(), std::string("train: ") + e.what());
+  }
+}
+
+std::unique_ptr<RunState> build_state(const RunInputs& in, const dp::PrivacyPlan& plan) {
+  const TrainConfig& c = in.config;
+  model::set_blas_threads(c.threads);
+  auto state = std::make_unique<RunState>(c, in.data.train, plan, rank_of(in));
+  RunState& s = *state;
+  // The GPU first, before this run's first collective: a peer without one fails at once.
+  place_on_device(s, in);
+  s.evaluator.emplace(eval_split(in), in.comm);
+  if (in.comm && c.init == Init::same) {
+    // Seeded initialisation already agrees; the broadcast makes it so whatever the build.
+    in.comm->broadcast(std::as_writable_bytes(std::span<float>(s.model.params())), 0);
+  }
+  if (c.ema_decay > 0) s.ema.emplace(s.model.params(), c.ema_decay);
+  s.scratch.resize(s.model.num_params());
+  s.algorithm = make_algorithm({.config = c,
+                                .comm = in.comm,
+                                .plan = plan,
+                                .mechanism = s.mechanism,
+                                .num_params = s.model.num_params(),
+                                .phases = in.phases,
+                                .steps_per_epoch = 1.0 / plan.q,
+                                .tracer = in.tracer,
+                                .host_of = in.host_of,
+                                .device = s.device.get(),
+                                .direct = s.direct.get()});
+  s.resident = s.device != nullptr && s.algorithm->updates_on_device();
+  return state;
+}
+
+}  // namespace dpg::train

@@ -1,0 +1,105 @@
+// The run's set-up (runtime/train/run_setup.h): check_run refuses what an algorithm's table line
+// does not allow, for every algorithm, and nothing else lists algorithms.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "runtime/core/error.h"
+#include "runtime/train/algorithm.h"
+#include "runtime/train/run_setup.h"
+#include "tests/unit/train/peers.h"
+
+namespace {
+
+using namespace dpg;
+
+// The error check_run gives `c` (one peer, a small shard), or "".
+std::string refusal(const TrainConfig& c) {
+  train::RunInputs in;
+  in.config = c;
+  in.data.train = test::blobs(50, 1);
+  try {
+    train::check_run(in);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("run set-up: each algorithm's line decides what it allows") {
+  int allowing_secagg = 0, allowing_independent = 0, allowing_nccl = 0;
+  for (std::size_t a = 0; a < std::size(EnumNames<Algo>::names); ++a) {
+    const Algo algo = static_cast<Algo>(a);
+    const train::AlgoInfo& line = train::algo_info(algo);
+    CAPTURE(to_string(algo));
+    CHECK(line.algo == algo);
+    TrainConfig c = test::small_config(algo);
+    CHECK(refusal(c) == "");
+
+    TrainConfig independent = c;
+    independent.init = Init::independent;
+    const std::string init_error = refusal(independent);
+    CHECK((init_error.find("/init: independent needs") != std::string::npos) ==
+          !line.independent_init);
+    allowing_independent += line.independent_init;
+
+    TrainConfig secagg = c;
+    secagg.secure_aggregation = true;
+    secagg.noise_seed = 0;
+    const std::string secagg_error = refusal(secagg);
+    CHECK((secagg_error.find("/secure_aggregation: only with algo") != std::string::npos) ==
+          !line.secure_aggregation);
+    if (line.secure_aggregation) CHECK(secagg_error == "");
+    allowing_secagg += line.secure_aggregation;
+
+    TrainConfig nccl = c;
+    nccl.transport = TransportMode::nccl;
+    nccl.device = "cuda";
+    const std::string nccl_error = refusal(nccl);
+    CHECK((nccl_error.find("/transport: nccl carries the messages of") != std::string::npos) ==
+          !line.nccl);
+    // Allowed, the run still needs the GPU backend apps/ hands in.
+    if (line.nccl) CHECK(nccl_error.find("no GPU backend was handed") != std::string::npos);
+    allowing_nccl += line.nccl;
+  }
+  // The facts docs/ARCHITECTURE.md states: masks cancel only in allreduce's flat sum; the graph
+  // algorithms mix independent starts; NCCL carries allreduce's, local-sgd's and gossip's.
+  CHECK(allowing_secagg == 1);
+  CHECK(train::algo_info(Algo::allreduce).secure_aggregation);
+  CHECK(allowing_independent == 2);
+  CHECK(allowing_nccl == 3);
+  CHECK(refusal([] {
+          TrainConfig c = test::small_config(Algo::ps_sync);
+          c.transport = TransportMode::nccl;
+          c.device = "cuda";
+          return c;
+        }()) == "/transport: nccl carries the messages of allreduce, gossip or local-sgd only, "
+                "not ps-sync's (use auto, tcp or shm)");
+}
+
+TEST_CASE("run set-up: the audit's sum hook needs the whole sum and the CPU") {
+  train::RunInputs in;
+  in.config = test::small_config(Algo::allreduce);
+  in.config.bucket_bytes = 4096;
+  in.data.train = test::blobs(50, 1);
+  in.hooks.sum = [](long long, std::span<float>) {};
+  CHECK_THROWS_WITH_AS(train::check_run(in), doctest::Contains("hands its gradient over in parts"),
+                       Error);
+  in.config.bucket_bytes = 0;
+  CHECK_NOTHROW(train::check_run(in));
+  in.config.device = "cuda";
+  CHECK_THROWS_WITH_AS(train::check_run(in),
+                       doctest::Contains("the audit's canaries join the clipped sum on the CPU"),
+                       Error);
+}
+
+TEST_CASE("run set-up: an empty shard and a missing validation split name what is missing") {
+  train::RunInputs in;
+  in.config = test::small_config(Algo::single);
+  CHECK_THROWS_WITH_AS(train::check_run(in), doctest::Contains("training shard is empty"), Error);
+  in.data.train = test::blobs(50, 1);
+  in.config.eval_split = EvalSplit::validation;
+  CHECK_THROWS_WITH_AS(train::check_run(in), doctest::Contains("holds no validation rows"), Error);
+}
