@@ -1,0 +1,94 @@
+#!/usr/bin/python3
+"""tools/check_map.py fails when the map is broken on purpose.
+
+    test_check_map.py CHECKER
+
+Builds small trees in a temporary folder, each with one deliberate violation, runs the checker
+on them and expects exit status 1 and the offending file:line (or table row) in its output; a
+clean tree must pass. Exit status 0 when every case behaves.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def write(root, path, text):
+    full = os.path.join(root, path)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+# A clean tree: a few rooms including what they may.
+CLEAN = {
+    "runtime/core/error.h": "#pragma once\n#include <string>\n",
+    "runtime/net/transport.h": '#pragma once\n#include "runtime/core/error.h"\n',
+    "runtime/process/process.h": '#pragma once\n#include "runtime/core/error.h"\n',
+    "apps/launch.h": '#pragma once\n#include "runtime/net/transport.h"\n',
+    "dp/clip.cc": '#include "runtime/core/error.h"\n#include <cmath>\n',
+    "tools/bench/gloo.cc": '#include "runtime/process/process.h"\n#include <gloo/math.h>\n',
+    "tests/unit/test_launch.cc": '#include "apps/launch.h"\n#include <cuda_runtime.h>\n',
+}
+
+# (name, files added to the clean tree, text the checker's output must contain).
+CASES = [
+    ("dp includes the transport", {"dp/mechanism.cc": '#include <vector>\n\n'
+                                   '#include "runtime/net/transport.h"\n'},
+     'dp/mechanism.cc:3: dp/ may not include "runtime/net/transport.h"'),
+    ("tools include apps", {"tools/bench/mpi.cc": '#include "apps/launch.h"\n'},
+     'tools/bench/mpi.cc:1: tools/ may not include "apps/launch.h"'),
+    ("runtime includes tools", {"runtime/core/log.cc": '#include "tools/bench/row.h"\n',
+                                "tools/bench/row.h": "#pragma once\n"},
+     'runtime/core/log.cc:1: runtime/core/ may not include "tools/bench/row.h"'),
+    ("Asio outside tcp", {"runtime/net/hosts.cc": "#include <boost/asio.hpp>\n"},
+     "runtime/net/hosts.cc:1: runtime/net/ may not include <boost/asio.hpp>"),
+    ("CUDA in the CPU model", {"runtime/model/mlp.cc": "// x\n#include <cuda_runtime.h>\n"},
+     "runtime/model/mlp.cc:2: runtime/model/ may not include <cuda_runtime.h>"),
+    ("a header that does not exist", {"dp/noise.cc": '#include "dp/gone.h"\n'},
+     'dp/noise.cc:1: "dp/gone.h" does not exist'),
+    ("the trainer includes NCCL elsewhere than the pending line",
+     {"runtime/train/gossip.cc": '#include "runtime/collective/nccl/nccl_communicator.h"\n',
+      "runtime/collective/nccl/nccl_communicator.h": "#pragma once\n"},
+     'runtime/train/gossip.cc:1: runtime/train/ may not include '
+     '"runtime/collective/nccl/nccl_communicator.h"'),
+]
+
+
+def run(checker, root, only):
+    done = subprocess.run([sys.executable, checker, "--root", root, "--only", only],
+                          capture_output=True, text=True, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def main(argv):
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    checker = argv[0]
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="check_map.") as tmp:
+        clean = os.path.join(tmp, "clean")
+        for path, text in CLEAN.items():
+            write(clean, path, text)
+        code, out = run(checker, clean, "includes")
+        if code != 0:
+            failures.append(f"clean tree: exit {code}, expected 0:\n{out}")
+        for i, (name, files, expected) in enumerate(CASES):
+            root = os.path.join(tmp, f"case{i}")
+            for path, text in {**CLEAN, **files}.items():
+                write(root, path, text)
+            code, out = run(checker, root, "includes")
+            if code != 1 or expected not in out:
+                failures.append(f"{name}: exit {code} (expected 1), output lacks "
+                                f"{expected!r}:\n{out}")
+            else:
+                print(f"ok: {name}: {expected}")
+    for f in failures:
+        print(f"FAILED: {f}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
