@@ -36,7 +36,7 @@
 #include "apps/commands.h"
 #include "apps/launch.h"
 #include "apps/parse.h"
-#include "apps/process/find.h"
+#include "runtime/process/find.h"
 #include "apps/throwaway_pki.h"
 #include "apps/transport_setup.h"
 #include "dp/secagg.h"

@@ -3,7 +3,7 @@
 // counts and the row arithmetic are dpgossip's own (apps/bench/row.h, a header of the standard
 // library only), so the rows compare by construction with those of `dpgossip bench allreduce`,
 // which reads them back; the Gloo program also starts and supervises its ranks with dpgossip's
-// process library (apps/process).
+// process library (runtime/process).
 #pragma once
 
 #include <algorithm>
