@@ -31,7 +31,7 @@
 #include "apps/bench/allreduce_report.h"
 #include "apps/bench/bench_baseline.h"
 #include "apps/bench/limits.h"
-#include "apps/bench/row.h"
+#include "runtime/core/bench_row.h"
 #include "apps/bench/row_json.h"
 #include "apps/commands.h"
 #include "apps/launch.h"
