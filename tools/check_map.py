@@ -72,6 +72,14 @@ THIRD_PARTY = [
     (r"(gloo/|mpi\.h)", ["tools"], "Gloo and MPI: only the baseline programs"),
 ]
 
+# Standard headers some rooms may not include, with why.
+FORBIDDEN_STD = [
+    # The std:: engines and distributions differ between standard libraries; where peers must
+    # draw alike without talking (graphs, partitions, initialisation, noise), dpg::Rng draws.
+    (r"random$", ["topology", "dp", "runtime/data", "runtime/model"],
+     "std:: distributions differ between standard libraries; draw from dpg::Rng (rng.h)"),
+]
+
 # Known violations owned by work in progress, each (file, included header, why). Each is matched
 # by the header, not the line, and a line of this list is removed with the include.
 PENDING = [
@@ -192,6 +200,9 @@ def check_includes(root):
                 continue
             for pattern, rooms, why in THIRD_PARTY:
                 if re.match(pattern, header) and room not in rooms:
+                    problems.append(f"{where}: {room}/ may not include <{header}> ({why})")
+            for pattern, rooms, why in FORBIDDEN_STD:
+                if re.match(pattern, header) and room in rooms:
                     problems.append(f"{where}: {room}/ may not include <{header}> ({why})")
     notes = [f"note: PENDING entry ({p[0]}, {p[1]}) matches no include any more; remove it"
              for p in PENDING if (p[0], p[1]) not in used_pending]

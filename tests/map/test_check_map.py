@@ -82,6 +82,8 @@ CASES = [
     ("the standalone row header includes the project",
      {"runtime/core/bench_row.h": '#pragma once\n#include "runtime/core/error.h"\n'},
      "runtime/core/bench_row.h:2: runtime/core/bench_row.h is included by programs that link no"),
+    ("a std:: distribution in topology/", {"topology/generators.cc": "#include <random>\n"},
+     "topology/generators.cc:1: topology/ may not include <random> (std:: distributions"),
     ("a header that does not exist", {"dp/noise.cc": '#include "dp/gone.h"\n'},
      'dp/noise.cc:1: "dp/gone.h" does not exist'),
     ("the trainer includes NCCL elsewhere than the pending line",
