@@ -13,7 +13,7 @@
 
 #include "apps/commands.h"
 #include "apps/launch.h"
-#include "apps/process/find.h"
+#include "runtime/process/find.h"
 #include "runtime/core/bounds.h"
 #include "runtime/core/error.h"
 #include "runtime/core/json_io.h"

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <optional>
 
-#include "apps/process/find.h"
-#include "apps/process/output.h"
-#include "apps/process/process.h"
-#include "apps/process/signals.h"
+#include "runtime/process/find.h"
+#include "runtime/process/output.h"
+#include "runtime/process/process.h"
+#include "runtime/process/signals.h"
 #include "runtime/core/bounds.h"
 #include "runtime/core/error.h"
 

@@ -6,9 +6,9 @@ Usage (normally run for you by `dpgossip bench step --baseline torch`):
       --widths 784,256,256,10 --activation relu --threads 1,2 --batch 256 --seconds 1 --repeats 5 \
       [--device cpu|cuda|cuda:N] [--modes sgd,dpsgd] [--clip-norm 1.0] [--sigma 1.0]
 
-Prints one JSON object per (thread count, mode), the step row of dpgossip's benchmarks (StepRow in
-apps/bench/row.h, whose reader accepts exactly these keys): backend ("torch"), device ("cpu",
-"cuda:0", ...), mode, threads, batch, samples_per_second (the median over `repeats` timed windows
+Prints one JSON object per (thread count, mode), the step row of dpgossip's benchmarks (StepRow
+in runtime/core/bench_row.h, whose reader accepts exactly these keys): backend ("torch"), device
+("cpu", "cuda:0", ...), mode, threads, batch, samples_per_second (the median over `repeats` timed windows
 after a warm-up of 10 steps and seconds / 4). Needs Debian's python3-torch (or any torch; dpsgd
 needs torch.func, torch >= 2.0, or the functorch package of older releases).
 

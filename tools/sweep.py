@@ -5,7 +5,7 @@ Usage:
   /usr/bin/python3 tools/sweep.py SWEEP.json [--out DIR] [--dry-run]
 
 The sweep file (docs/TOOLS.md has the full format):
-  {"binary": "build/apps/dpgossip", "out": "results/sweep", "timeout_s": 3600,
+  {"binary": "build/apps/dpgossip", "out": "runs/sweep", "timeout_s": 3600,
    "common": ["--epochs", "5", "--threads", "1"],
    "grid": {"algo": ["allreduce", "gossip"], "topology": ["ring", "exponential"],
             "peers": [8], "seed": [1]},
@@ -50,7 +50,7 @@ import trace_summary
 
 ALGOS = ("single", "allreduce", "gossip", "ps-sync", "ps-async", "local-sgd", "ad-psgd")
 GRAPH_ALGOS = ("gossip", "ad-psgd")  # the algorithms that take a topology
-DEFAULTS = {"binary": "build/apps/dpgossip", "out": "results/sweep", "timeout_s": 3600,
+DEFAULTS = {"binary": "build/apps/dpgossip", "out": "runs/sweep", "timeout_s": 3600,
             "common": [], "grid": None, "runs": [], "trace": False}
 RUN_KEYS = ("algo", "topology", "peers", "seed")  # the keys of "grid"; "runs" adds "args"
 PLOTS = (("convergence.png", plot_metrics), ("consensus.png", plot_consensus),

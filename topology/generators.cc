@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <set>
 #include <string>
 
 #include "runtime/core/error.h"
+#include "runtime/core/rng.h"
 
 namespace dpg::topology {
 namespace {
@@ -53,8 +53,10 @@ Adjacency undirected(int n, Neighbours neighbours) {
 
 // One try of the pairing model with Steger and Wormald's refinement: join random pairs of free
 // stubs that make neither a loop nor a double edge; when random picks keep failing, choose among
-// all suitable pairs left, and give up (false) when there is none.
-bool pair_stubs(int n, int d, std::mt19937_64& rng, std::vector<std::set<int>>& sets) {
+// all suitable pairs left, and give up (false) when there is none. Every draw is dpg::Rng's
+// (rng.h), never a std:: distribution, whose results differ between standard libraries: peers
+// built on different systems must draw the same graph from the same seed.
+bool pair_stubs(int n, int d, Rng& rng, std::vector<std::set<int>>& sets) {
   sets.assign(n, {});
   std::vector<int> stubs;
   stubs.reserve(static_cast<std::size_t>(n) * d);
@@ -71,10 +73,9 @@ bool pair_stubs(int n, int d, std::mt19937_64& rng, std::vector<std::set<int>>& 
     }
   };
   while (!stubs.empty()) {
-    std::uniform_int_distribution<std::size_t> pick(0, stubs.size() - 1);
     bool joined_one = false;
     for (int tries = 0; tries < 64 && !joined_one; ++tries) {
-      const std::size_t a = pick(rng), b = pick(rng);
+      const std::size_t a = rng.below(stubs.size()), b = rng.below(stubs.size());
       if (a != b && suitable(a, b)) {
         join(a, b);
         joined_one = true;
@@ -86,8 +87,7 @@ bool pair_stubs(int n, int d, std::mt19937_64& rng, std::vector<std::set<int>>& 
       for (std::size_t b = a + 1; b < stubs.size(); ++b)
         if (suitable(a, b)) options.emplace_back(a, b);
     if (options.empty()) return false;
-    const auto [a, b] =
-        options[std::uniform_int_distribution<std::size_t>(0, options.size() - 1)(rng)];
+    const auto [a, b] = options[rng.below(options.size())];
     join(a, b);
   }
   return true;
@@ -103,7 +103,7 @@ Adjacency random_regular(int n, int d, std::uint64_t seed) {
   // A dense graph is drawn as the complement of a sparse one, where pairing rarely gets stuck.
   const bool complement = d > (n - 1) / 2;
   const int drawn = complement ? n - 1 - d : d;
-  std::mt19937_64 rng(seed);
+  Rng rng(seed, stream::kTopology);
   std::vector<std::set<int>> sets;
   for (int attempt = 0; attempt < kRandomRegularAttempts; ++attempt) {
     if (!pair_stubs(n, drawn, rng, sets)) continue;

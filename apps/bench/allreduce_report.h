@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench/row.h"
+#include "runtime/core/bench_row.h"
 
 namespace dpg::app::bench_report {
 

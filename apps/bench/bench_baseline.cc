@@ -4,8 +4,8 @@
 #include <chrono>
 
 #include "apps/bench/row_json.h"
-#include "apps/process/find.h"
-#include "apps/process/run.h"
+#include "runtime/process/find.h"
+#include "runtime/process/run.h"
 #include "runtime/core/error.h"
 
 namespace dpg::app {

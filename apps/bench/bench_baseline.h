@@ -1,13 +1,13 @@
 // The baselines `dpgossip bench allreduce --baseline gloo|mpi` runs beside dpgossip's own ring:
 // Gloo's ring (tools/bench/gloo_allreduce.cc) and OpenMPI's MPI_Allreduce
-// (tools/bench/mpi_allreduce.cc), each a separate program printing one row (apps/bench/row.h)
-// per size on its stdout.
+// (tools/bench/mpi_allreduce.cc), each a separate program printing one row
+// (runtime/core/bench_row.h) per size on its stdout.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "apps/bench/row.h"
+#include "runtime/core/bench_row.h"
 
 namespace dpg::app {
 

@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench/row.h"
+#include "runtime/core/bench_row.h"
 #include "apps/bench/row_json.h"
 #include "apps/commands.h"
 #include "apps/parse.h"
-#include "apps/process/find.h"
-#include "apps/process/run.h"
+#include "runtime/process/find.h"
+#include "runtime/process/run.h"
 #include "dp/mechanism.h"
 #include "runtime/core/error.h"
 #include "runtime/core/json_io.h"

@@ -1,11 +1,11 @@
-// Reading benchmark rows (apps/bench/row.h) back from the JSON lines a baseline program or a
-// benchmark peer printed. Errors name the source and line (`where`) and the key at fault.
+// Reading benchmark rows (runtime/core/bench_row.h) back from the JSON lines a baseline program
+// or a benchmark peer printed. Errors name the source and line (`where`) and the key at fault.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "apps/bench/row.h"
+#include "runtime/core/bench_row.h"
 #include "runtime/core/json_io.h"
 
 namespace dpg::bench {

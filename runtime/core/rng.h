@@ -56,6 +56,7 @@ inline constexpr std::uint64_t kNoise = 4;
 inline constexpr std::uint64_t kShuffle = 5;
 inline constexpr std::uint64_t kPairing = 6;  // ad-psgd: which neighbour to average with
 inline constexpr std::uint64_t kValidation = 7;  // prepare: the rows held out for validation
+inline constexpr std::uint64_t kTopology = 8;    // the random graphs (random-regular)
 }  // namespace stream
 
 // Stream id for a purpose on one rank.

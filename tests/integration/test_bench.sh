@@ -32,7 +32,7 @@ for line in open(sys.argv[1]):
         rows[(o["backend"], o["bytes"])] = o
     else:
         ratios[(o["ratio"], o["bytes"])] = o
-# The keys of apps/bench/row.h (AllreduceRow), in its order, on every row of every backend.
+# The keys of runtime/core/bench_row.h (AllreduceRow), in its order, on every row of every backend.
 keys = ["backend", "peers", "bytes", "time_us", "algbw_GBps", "busbw_GBps", "repeats", "ok"]
 for line in open(sys.argv[1]):
     o = json.loads(line)

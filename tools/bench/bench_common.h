@@ -1,9 +1,9 @@
 // What the Gloo and OpenMPI baseline programs share: the command line, the inputs and their
 // closed-form check. These are standalone tools: they print and exit. Their rows, the repeat
-// counts and the row arithmetic are dpgossip's own (apps/bench/row.h, a header of the standard
-// library only), so the rows compare by construction with those of `dpgossip bench allreduce`,
-// which reads them back; the Gloo program also starts and supervises its ranks with dpgossip's
-// process library (apps/process).
+// counts and the row arithmetic are dpgossip's own (runtime/core/bench_row.h, a header of the
+// standard library only), so the rows compare by construction with those of `dpgossip bench
+// allreduce`, which reads them back; the Gloo program also starts and supervises its ranks with dpgossip's
+// process library (runtime/process).
 #pragma once
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/bench/row.h"
+#include "runtime/core/bench_row.h"
 
 namespace dpg_bench {
 
@@ -175,7 +175,7 @@ inline long long count_mismatches(const std::vector<float>& out, int peers, int 
   return bad;
 }
 
-// Prints rank 0's row of one size (apps/bench/row.h) on stdout, flushed at once.
+// Prints rank 0's row of one size (runtime/core/bench_row.h) on stdout, flushed at once.
 inline void print_row(const char* backend, int peers, long long bytes,
                       const std::vector<double>& times_us, bool ok) {
   dpg::bench::AllreduceRow row = dpg::bench::make_row(backend, peers, bytes, times_us);

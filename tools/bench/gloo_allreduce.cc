@@ -37,9 +37,9 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include "apps/process/find.h"
-#include "apps/process/process.h"
-#include "apps/process/signals.h"
+#include "runtime/process/find.h"
+#include "runtime/process/process.h"
+#include "runtime/process/signals.h"
 #include "tools/bench/bench_common.h"
 
 namespace {

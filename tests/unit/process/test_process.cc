@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "apps/process/find.h"
-#include "apps/process/output.h"
-#include "apps/process/process.h"
-#include "apps/process/run.h"
-#include "apps/process/signals.h"
+#include "runtime/process/find.h"
+#include "runtime/process/output.h"
+#include "runtime/process/process.h"
+#include "runtime/process/run.h"
+#include "runtime/process/signals.h"
 #include "runtime/core/error.h"
 
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "apps/process/find.h"
+#include "runtime/process/find.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string>
 
-#include "apps/process/process.h"
+#include "runtime/process/process.h"
 
 namespace dpg::proc {
 

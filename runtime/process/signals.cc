@@ -1,4 +1,4 @@
-#include "apps/process/signals.h"
+#include "runtime/process/signals.h"
 
 #include <fcntl.h>
 #include <unistd.h>

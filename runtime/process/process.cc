@@ -1,4 +1,4 @@
-#include "apps/process/process.h"
+#include "runtime/process/process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <thread>
 
-#include "apps/process/find.h"
+#include "runtime/process/find.h"
 #include "runtime/core/error.h"
 
 extern char** environ;

@@ -1,4 +1,4 @@
-#include "apps/process/output.h"
+#include "runtime/process/output.h"
 
 #include <poll.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "apps/process/run.h"
+#include "runtime/process/run.h"
 
 #include <poll.h>
 
@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "apps/process/output.h"
+#include "runtime/process/output.h"
 #include "runtime/core/error.h"
 
 namespace dpg::proc {
