@@ -33,12 +33,13 @@ void finish_trace(trace::Tracer& tracer, collective::Communicator* comm, const s
   const std::uint64_t my_size = mine.size();
   std::vector<std::string> parts;
   if (comm) {
-    comm->allgather(std::as_bytes(std::span<const std::uint64_t>(&my_size, 1)),
+    comm->allgather(public_value(std::as_bytes(std::span<const std::uint64_t>(&my_size, 1))),
                     std::as_writable_bytes(std::span<std::uint64_t>(sizes)));
     const std::size_t longest = *std::max_element(sizes.begin(), sizes.end());
     std::vector<std::byte> padded(longest), all(longest * static_cast<std::size_t>(world));
     std::memcpy(padded.data(), mine.data(), mine.size());
-    comm->allgather(padded, all);
+    // --trace asks every peer to share its timeline (docs/TRACE.md).
+    comm->allgather(public_value(std::span<const std::byte>(padded)), all);
     for (int r = 0; r < world; ++r) {
       const char* at = reinterpret_cast<const char*>(all.data()) + longest * static_cast<std::size_t>(r);
       parts.emplace_back(at, sizes[static_cast<std::size_t>(r)]);

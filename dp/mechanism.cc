@@ -158,12 +158,12 @@ void GaussianMechanism::decode_grid(std::span<const std::uint32_t> values) {
 }
 
 PrivateGradient GaussianMechanism::aggregate(
-    const PrivateGradient& g, const std::function<void(std::span<std::uint32_t>)>& mask_and_sum) {
+    const PrivateGradient& g, const std::function<void(Wire<std::uint32_t>)>& mask_and_sum) {
   if (!on_grid() || g.values().data() != buffer_.data() || g.values().size() != buffer_.size() ||
       released_.size() != 1) {
     fail(Code::internal, "aggregate: needs secure aggregation and this step's whole release");
   }
-  mask_and_sum(grid_);
+  mask_and_sum(Wire<std::uint32_t>(std::span<std::uint32_t>(grid_)));
   decode_grid(grid_);
   return PrivateGradient(buffer_, g.noise_multiplier());
 }
@@ -209,7 +209,7 @@ PrivateGradient GaussianMechanism::release_from_device(const DeviceFill& fill,
 }
 
 PrivateGradient GaussianMechanism::exchange(const PrivateGradient& g,
-                                            const std::function<void(std::span<float>)>& combine) {
+                                            const std::function<void(Wire<float>)>& combine) {
   // Only pointers are compared (no state of the step): a communication thread may exchange one
   // released part while the compute thread releases the next.
   const float* p = g.values().data();
@@ -217,7 +217,7 @@ PrivateGradient GaussianMechanism::exchange(const PrivateGradient& g,
     fail(Code::internal, "exchange: the gradient was not released by this mechanism");
   }
   const std::span<float> mine(buffer_.data() + (p - buffer_.data()), g.values().size());
-  combine(mine);
+  combine(Wire<float>(mine));
   return PrivateGradient(mine, g.noise_multiplier());
 }
 

@@ -21,6 +21,7 @@
 #include "dp/discrete_gaussian.h"
 #include "dp/secure_noise.h"
 #include "runtime/core/rng.h"
+#include "runtime/core/wire.h"
 
 namespace dpg::dp {
 
@@ -106,18 +107,19 @@ class GaussianMechanism {
   using DeviceFill = std::function<void(std::span<float> buffer, const Arrived& arrived)>;
   using PartSink = std::function<void(const PrivateGradient& part, std::size_t offset)>;
   PrivateGradient release_from_device(const DeviceFill& fill, const PartSink& on_part = {});
-  // Hands a released gradient of this mechanism (or a part of one) to `combine`, which may
+  // Hands a released gradient of this mechanism (or a part of one), as a Wire (the one issuer of
+  // released values: runtime/core/wire.h), to `combine`, which may
   // change it in place with other peers' released gradients (an all-reduce), and returns the
   // result. `combine` sees only noised values, so what comes back is post-processing and stays a
   // PrivateGradient.
   PrivateGradient exchange(const PrivateGradient& g,
-                           const std::function<void(std::span<float>)>& combine);
+                           const std::function<void(Wire<float>)>& combine);
   // Secure aggregation: hands this step's noised grid values (int32 as uint32, released whole by
   // release()) to `mask_and_sum`, which masks them and sums every peer's modulo 2^32 in place;
   // returns that sum decoded (over grid_scale, times C, over the expected batch). What leaves
   // is noised on the grid before any mask, so the result stays a PrivateGradient.
   PrivateGradient aggregate(const PrivateGradient& g,
-                            const std::function<void(std::span<std::uint32_t>)>& mask_and_sum);
+                            const std::function<void(Wire<std::uint32_t>)>& mask_and_sum);
 
   // The generator of the steps' noise keys, for a checkpoint between steps: a mechanism given
   // it back draws the same noise for the next steps. It is as secret as the noise seed.

@@ -249,18 +249,19 @@ class PeerBench {
   }
 
  private:
+  // The benchmark's buffers are synthetic: public values.
   void allreduce(std::span<float> v) {
     if (hierarchy_) {
-      hierarchy_->allreduce(v);
+      hierarchy_->allreduce(public_value(v));
     } else {
-      comm_->allreduce(v);
+      comm_->allreduce(public_value(v));
     }
   }
 
   // The masked exchange: mask, then the exact modular all-reduce.
   void secure(std::vector<std::uint32_t>& u) {
     masker_->mask(u, step_++);
-    comm_->allreduce(std::span<std::uint32_t>(u));
+    comm_->allreduce(public_value(std::span<std::uint32_t>(u)));
   }
 
   template <class Op>
@@ -287,10 +288,10 @@ class PeerBench {
       for (std::size_t i = 0; i < u.size() && !changed; ++i) {
         changed = u[i] != secagg_value(rank_, i);
       }
-      comm_->allreduce(std::span<std::uint32_t>(u));
+      comm_->allreduce(public_value(std::span<std::uint32_t>(u)));
       bad[1] = changed && check(u, n_) ? 0.0 : 1.0;
     }
-    comm_->allreduce(std::span<double>(bad, 2));
+    comm_->allreduce(public_value(std::span<double>(bad, 2)));
     return {bad[0] == 0.0, bad[1] == 0.0};
   }
 

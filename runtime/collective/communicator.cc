@@ -91,15 +91,15 @@ Communicator::Communicator(net::Transport& transport, Options options)
   if (options_.segment_bytes == 0) fail(Code::invalid_argument, "segment_bytes must be positive");
 }
 
-void Communicator::allreduce(std::span<float> data, Reduce op) {
+void Communicator::allreduce(Wire<float> data, Reduce op) {
   if (float_route_) {
-    float_route_(data, op);
+    float_route_(data.values(), op);
     return;
   }
-  allreduce_any(data, op);
+  allreduce_any(data.values(), op);
 }
-void Communicator::allreduce(std::span<double> data, Reduce op) { allreduce_any(data, op); }
-void Communicator::allreduce(std::span<std::uint32_t> data) { allreduce_any(data, Reduce::sum); }
+void Communicator::allreduce(Wire<double> data, Reduce op) { allreduce_any(data.values(), op); }
+void Communicator::allreduce(Wire<std::uint32_t> data) { allreduce_any(data.values(), Reduce::sum); }
 
 template <typename T>
 void Communicator::allreduce_any(std::span<T> data, Reduce op) {
@@ -308,20 +308,21 @@ int Communicator::take_split() {
   return splits_++;
 }
 
-void Communicator::reduce_scatter(std::span<float> data, Reduce op) {
-  ring(data, op, 0, world() - 1);
+void Communicator::reduce_scatter(Wire<float> data, Reduce op) {
+  ring(data.values(), op, 0, world() - 1);
 }
-void Communicator::reduce_scatter(std::span<double> data, Reduce op) {
-  ring(data, op, 0, world() - 1);
+void Communicator::reduce_scatter(Wire<double> data, Reduce op) {
+  ring(data.values(), op, 0, world() - 1);
 }
-void Communicator::allgather_blocks(std::span<float> data) {
-  ring(data, Reduce::sum, world() - 1, 2 * (world() - 1));
+void Communicator::allgather_blocks(Wire<float> data) {
+  ring(data.values(), Reduce::sum, world() - 1, 2 * (world() - 1));
 }
-void Communicator::allgather_blocks(std::span<double> data) {
-  ring(data, Reduce::sum, world() - 1, 2 * (world() - 1));
+void Communicator::allgather_blocks(Wire<double> data) {
+  ring(data.values(), Reduce::sum, world() - 1, 2 * (world() - 1));
 }
 
-void Communicator::broadcast(std::span<std::byte> data, int root) {
+void Communicator::broadcast(Wire<std::byte> wire, int root) {
+  const std::span<std::byte> data = wire.values();
   const int n = world();
   const int r = rank();
   const uint64_t round = next_round();
@@ -356,7 +357,8 @@ void Communicator::broadcast(std::span<std::byte> data, int root) {
   }
 }
 
-void Communicator::allgather(std::span<const std::byte> mine, std::span<std::byte> out) {
+void Communicator::allgather(Wire<const std::byte> wire, std::span<std::byte> out) {
+  const std::span<const std::byte> mine = wire.values();
   const int n = world();
   const int r = rank();
   const uint64_t round = next_round();
@@ -391,7 +393,7 @@ void Communicator::allgather(std::span<const std::byte> mine, std::span<std::byt
 void Communicator::barrier() {
   std::byte mine{1};
   std::vector<std::byte> all(world());
-  allgather(std::span<const std::byte>(&mine, 1), all);
+  allgather(public_value(std::span<const std::byte>(&mine, 1)), all);
 }
 
 }  // namespace dpg::collective

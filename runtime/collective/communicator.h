@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/core/wire.h"
 #include "runtime/net/ops.h"
 #include "runtime/net/transport.h"
 
@@ -62,18 +63,20 @@ class Communicator {
   net::Transport& transport() { return transport_; }
   const Options& options() const { return options_; }
 
+  // Every collective carries Wire values only (runtime/core/wire.h: released gradients and
+  // their sums, public models, named public values); what it writes into a Wire is as public.
   // In place; the result is bitwise identical on every peer.
-  void allreduce(std::span<float> data, Reduce op = Reduce::sum);
-  void allreduce(std::span<double> data, Reduce op = Reduce::sum);
+  void allreduce(Wire<float> data, Reduce op = Reduce::sum);
+  void allreduce(Wire<double> data, Reduce op = Reduce::sum);
   // The sum modulo 2^32 (unsigned wrap-around), by the same paths: exact, so every peer holds the
   // same bits whatever the order of the additions. For masked secure aggregation (dp/secagg.h),
   // where the pairwise masks cancel only in exact modular arithmetic. No average: integers divide
   // with a remainder, and the caller decodes its fixed point anyway.
-  void allreduce(std::span<std::uint32_t> data);
+  void allreduce(Wire<std::uint32_t> data);
   // Copies root's bytes into every peer's `data` (all the same size).
-  void broadcast(std::span<std::byte> data, int root);
+  void broadcast(Wire<std::byte> data, int root);
   // out (world * mine.size() bytes) gets every peer's `mine` in rank order.
-  void allgather(std::span<const std::byte> mine, std::span<std::byte> out);
+  void allgather(Wire<const std::byte> mine, std::span<std::byte> out);
   // Returns once every peer has entered it.
   void barrier();
 
@@ -82,10 +85,10 @@ class Communicator {
   // this communicator's peers) and the rest of `data` unspecified; allgather_blocks copies every
   // peer's owned block into every peer's `data`. Blocks split `count` into world() near-equal
   // ranges; the owned one is [begin, end).
-  void reduce_scatter(std::span<float> data, Reduce op = Reduce::sum);
-  void reduce_scatter(std::span<double> data, Reduce op = Reduce::sum);
-  void allgather_blocks(std::span<float> data);
-  void allgather_blocks(std::span<double> data);
+  void reduce_scatter(Wire<float> data, Reduce op = Reduce::sum);
+  void reduce_scatter(Wire<double> data, Reduce op = Reduce::sum);
+  void allgather_blocks(Wire<float> data);
+  void allgather_blocks(Wire<double> data);
   std::pair<std::size_t, std::size_t> owned_block(std::size_t count) const;
 
   // The number of splits of this communicator so far, then one more (collective/group.h).

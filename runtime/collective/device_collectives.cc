@@ -24,7 +24,7 @@ HostMemoryCollectives::~HostMemoryCollectives() {
 
 void HostMemoryCollectives::allreduce(float* data, std::size_t count, Reduce op) {
   finish_exchange();
-  comm_.allreduce(std::span<float>(data, count), op);
+  comm_.allreduce(device_memory(std::span<float>(data, count)), op);
 }
 
 void HostMemoryCollectives::finish_exchange() {

@@ -27,7 +27,7 @@ std::unique_ptr<Group> split(Communicator& parent, int colour, int key) {
   const int n = parent.world();
   std::vector<int32_t> mine = {colour, key};
   std::vector<int32_t> all(2 * static_cast<std::size_t>(n));
-  parent.allgather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)));
+  parent.allgather(public_value(std::as_bytes(std::span(mine))), std::as_writable_bytes(std::span(all)));
   if (colour < 0) return nullptr;
   std::vector<int> members;
   for (int r = 0; r < n; ++r) {

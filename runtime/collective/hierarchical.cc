@@ -76,20 +76,20 @@ Hierarchy::Hierarchy(Communicator& parent, const std::vector<int>& host_of)
   cross_ = split(parent, in_cross ? layout_.local_index(me) : -1, layout_.host(me));
 }
 
-void Hierarchy::allreduce(std::span<float> data, Reduce op) { allreduce_any(data, op); }
-void Hierarchy::allreduce(std::span<double> data, Reduce op) { allreduce_any(data, op); }
+void Hierarchy::allreduce(Wire<float> data, Reduce op) { allreduce_any(data, op); }
+void Hierarchy::allreduce(Wire<double> data, Reduce op) { allreduce_any(data, op); }
 
 template <typename T>
-void Hierarchy::allreduce_any(std::span<T> data, Reduce op) {
+void Hierarchy::allreduce_any(Wire<T> data, Reduce op) {
   Communicator& local = local_->comm();
   const T inv_n = T(1) / static_cast<T>(world_);
   if (layout_.even) {
     local.reduce_scatter(data, Reduce::sum);
     const auto [b, e] = local.owned_block(data.size());
-    const auto shard = data.subspan(b, e - b);
+    const Wire<T> shard = data.subspan(b, e - b);
     cross_->comm().allreduce(shard, Reduce::sum);
     if (op == Reduce::average) {
-      for (T& x : shard) x *= inv_n;
+      for (T& x : shard.values()) x *= inv_n;
     }
     local.allgather_blocks(data);
     return;
@@ -98,10 +98,10 @@ void Hierarchy::allreduce_any(std::span<T> data, Reduce op) {
   if (cross_) {
     cross_->comm().allreduce(data, Reduce::sum);
     if (op == Reduce::average) {
-      for (T& x : data) x *= inv_n;
+      for (T& x : data.values()) x *= inv_n;
     }
   }
-  local.broadcast(std::as_writable_bytes(data), 0);
+  local.broadcast(data.bytes(), 0);
 }
 
 }  // namespace dpg::collective

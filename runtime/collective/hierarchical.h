@@ -41,14 +41,14 @@ class Hierarchy {
 
   // In place; the result is bitwise identical on every peer, and equal to the flat all-reduce's
   // wherever the sum is exact (the two add in different orders).
-  void allreduce(std::span<float> data, Reduce op = Reduce::sum);
-  void allreduce(std::span<double> data, Reduce op = Reduce::sum);
+  void allreduce(Wire<float> data, Reduce op = Reduce::sum);
+  void allreduce(Wire<double> data, Reduce op = Reduce::sum);
 
   const HostLayout& layout() const { return layout_; }
 
  private:
   template <typename T>
-  void allreduce_any(std::span<T> data, Reduce op);
+  void allreduce_any(Wire<T> data, Reduce op);
 
   int world_;
   HostLayout layout_;

@@ -29,9 +29,10 @@ void NeighbourExchange::post_recv(std::size_t c) {
   }
 }
 
-void NeighbourExchange::start(uint64_t round, std::span<const float> mine,
+void NeighbourExchange::start(uint64_t round, Wire<const float> wire,
                               std::span<const int> send_to, std::span<const int> recv_from,
                               std::size_t ready) {
+  const std::span<const float> mine = wire.values();
   if (active_) fail(Code::internal, "neighbour exchange: start() before finish()");
   round_ = round;
   count_ = mine.size();

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "runtime/core/wire.h"
 #include "runtime/net/ops.h"
 #include "runtime/net/transport.h"
 
@@ -33,7 +34,7 @@ class NeighbourExchange {
   // in send_to. `round` names this exchange: the same on both sides of every pair, unique among
   // the exchanges in flight. `mine` must stay alive, and unchanged once ready, until finish()
   // returns. One exchange at a time.
-  void start(uint64_t round, std::span<const float> mine, std::span<const int> send_to,
+  void start(uint64_t round, Wire<const float> mine, std::span<const int> send_to,
              std::span<const int> recv_from, std::size_t ready = static_cast<std::size_t>(-1));
   // `mine`'s first `ready` values are in place (a model arriving from a device in pieces): sends
   // every chunk they complete that is not sent yet. finish() sends what is left.

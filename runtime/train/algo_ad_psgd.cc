@@ -241,7 +241,7 @@ class AdPsgdAlgorithm final : public Algorithm {
   void release(std::span<const float> mine, std::span<float> out) override {
     if (!active_) settle();
     std::copy(mine.begin(), mine.end(), out.begin());
-    comm_.allreduce(out, collective::Reduce::average);
+    comm_.allreduce(public_model(out), collective::Reduce::average);
   }
 
   bool replicas_differ() const override { return true; }

@@ -55,8 +55,8 @@ class AllReduce final : public Algorithm {
              Sgd& sgd) override {
     if (masker_) {
       // Every peer's noised grid values under its masks, summed modulo 2^32: the masks cancel.
-      sgd.apply(params, mechanism_.aggregate(mine, [&](std::span<std::uint32_t> v) {
-        masker_->mask(v, static_cast<std::uint64_t>(t));
+      sgd.apply(params, mechanism_.aggregate(mine, [&](Wire<std::uint32_t> v) {
+        masker_->mask(v.values(), static_cast<std::uint64_t>(t));
         comm_.allreduce(v);
       }));
       return;
@@ -97,7 +97,7 @@ class AllReduce final : public Algorithm {
   // The sum over the peers of their noised gradients, identical on every replica. With buckets,
   // the parts were summed in place as they came; what is left is to wait for them.
   dp::PrivateGradient sum_over_peers(const dp::PrivateGradient& mine) {
-    return mechanism_.exchange(mine, [&](std::span<float> v) {
+    return mechanism_.exchange(mine, [&](Wire<float> v) {
       if (buckets_) {
         buckets_->wait();
       } else if (hierarchy_) {
@@ -125,7 +125,7 @@ dp::PairwiseMasker agree_masks(collective::Communicator& comm, std::uint64_t con
   const auto pub = mine.public_key();
   const auto n = static_cast<std::size_t>(comm.world());
   std::vector<std::byte> all(n * pub.size());
-  comm.allgather(std::as_bytes(std::span(pub)), all);
+  comm.allgather(public_value(std::as_bytes(std::span(pub))), all);
   std::vector<std::optional<dp::PairKey>> keys(n);
   for (std::size_t r = 0; r < n; ++r) {
     if (static_cast<int>(r) == comm.rank()) continue;

@@ -54,7 +54,7 @@ class GossipAlgorithm final : public Algorithm {
   }
 
   void before_gradient(long long t, std::span<const float> params) override {
-    gossip_.begin(t, params);
+    gossip_.begin(t, public_model(params));
   }
 
   void apply(long long, const dp::PrivateGradient& mine, std::span<float> params,
@@ -76,7 +76,7 @@ class GossipAlgorithm final : public Algorithm {
       return;
     }
     host_.resize(device_->num_params());
-    gossip_.begin(t, host_, 0);
+    gossip_.begin(t, public_model(std::span<const float>(host_)), 0);
     device_->stream_out(model::DeviceArray::params,
                         model::chunk_ranges(host_.size(), gossip_.chunk_values()),
                         [&](std::size_t offset, std::span<const float> v) {

@@ -59,9 +59,9 @@ class LocalSgd final : public Algorithm {
   bool averages_after(long long t) const { return (t + 1) % every_ == 0 || t == last_; }
   void average(std::span<float> params) {
     if (hierarchy_) {
-      hierarchy_->allreduce(params, collective::Reduce::average);
+      hierarchy_->allreduce(public_model(params), collective::Reduce::average);
     } else {
-      comm_.allreduce(params, collective::Reduce::average);
+      comm_.allreduce(public_model(params), collective::Reduce::average);
     }
   }
 

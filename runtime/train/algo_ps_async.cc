@@ -289,7 +289,7 @@ class PsAsync final : public Algorithm {
         std::lock_guard lock(mu_);
         std::copy(shard_.begin(), shard_.end(), out.begin() + static_cast<std::ptrdiff_t>(b));
       }
-      comm_.broadcast(std::as_writable_bytes(out.subspan(b, e - b)), k);
+      comm_.broadcast(public_model(out.subspan(b, e - b)).bytes(), k);
     }
   }
 

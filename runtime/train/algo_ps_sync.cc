@@ -90,7 +90,8 @@ class PsSync final : public Algorithm {
     }
     // The push: only the released gradient (its noise added by the mechanism) leaves here. The
     // exchange hands this server's range back summed over every worker.
-    const dp::PrivateGradient summed = mechanism_.exchange(mine, [&](std::span<float> g) {
+    const dp::PrivateGradient summed = mechanism_.exchange(mine, [&](Wire<float> released) {
+      const std::span<float> g = released.values();
       for (int s = 0; s < servers_; ++s) {
         if (s == rank_) continue;
         const auto [b, e] = shard_range(num_params_, servers_, s);

@@ -83,7 +83,7 @@ void Algorithm::release(std::span<const float> mine, std::span<float> out) {
 void Algorithm::mean_over_peers(collective::Communicator& comm, std::span<const float> mine,
                                 std::span<float> out) {
   std::copy(mine.begin(), mine.end(), out.begin());
-  comm.allreduce(out, collective::Reduce::average);
+  comm.allreduce(public_model(out), collective::Reduce::average);
 }
 
 std::optional<collective::Hierarchy> make_hierarchy(const AlgoSetup& s) {

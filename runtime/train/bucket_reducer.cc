@@ -118,7 +118,7 @@ void BucketReducer::run() {
     if (!failed) {
       try {
         // The values are released already: summing them over the peers is post-processing.
-        mechanism_.exchange(*bucket, [&](std::span<float> v) { comm_.allreduce(v); });
+        mechanism_.exchange(*bucket, [&](Wire<float> v) { comm_.allreduce(v); });
       } catch (...) {
         std::lock_guard lock(mu_);
         if (!error_) error_ = std::current_exception();

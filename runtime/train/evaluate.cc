@@ -8,7 +8,7 @@ Evaluator::Evaluator(const data::Dataset& test, collective::Communicator* comm)
     : test_(test), comm_(comm) {}
 
 void Evaluator::sum(std::span<double> values) const {
-  if (comm_) comm_->allreduce(values, collective::Reduce::sum);
+  if (comm_) comm_->allreduce(public_value(values), collective::Reduce::sum);
 }
 
 model::Mlp::Evaluation Evaluator::shared(const model::Mlp& m, model::Workspace& ws,

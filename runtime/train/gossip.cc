@@ -31,11 +31,11 @@ Gossip::Gossip(net::Transport& transport, topology::Schedule schedule, std::size
   }
 }
 
-void Gossip::begin(long long round, std::span<const float> params, std::size_t ready) {
+void Gossip::begin(long long round, Wire<const float> params, std::size_t ready) {
   const auto nb = schedule_.at(round).neighbourhood(rank_);
   self_weight_ = static_cast<float>(nb.self_weight);
   weights_.assign(nb.recv_weights.begin(), nb.recv_weights.end());
-  mine_ = params;
+  mine_ = params.values();
   exchange_.start(static_cast<uint64_t>(round), params, nb.send_to, nb.recv_from, ready);
 }
 
@@ -52,13 +52,13 @@ void Gossip::end(std::span<float> params) {
 double consensus_distance(collective::Communicator& comm, std::span<const float> x,
                           std::vector<float>& mean) {
   mean.assign(x.begin(), x.end());
-  comm.allreduce(mean, collective::Reduce::average);
+  comm.allreduce(public_model(std::span<float>(mean)), collective::Reduce::average);
   double sq = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double d = static_cast<double>(x[i]) - mean[i];
     sq += d * d;
   }
-  comm.allreduce(std::span<double>(&sq, 1), collective::Reduce::sum);
+  comm.allreduce(public_value(std::span<double>(&sq, 1)), collective::Reduce::sum);
   return sq / comm.world();
 }
 

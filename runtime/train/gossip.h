@@ -36,7 +36,7 @@ class Gossip {
   // in. `params` must stay unchanged until end(). With `ready` below params.size(), only the
   // chunks of its first `ready` values go now; ready() sends the rest as it comes (a model
   // staged from a device), end() whatever is left.
-  void begin(long long round, std::span<const float> params,
+  void begin(long long round, Wire<const float> params,
              std::size_t ready = static_cast<std::size_t>(-1));
   void ready(std::size_t ready) { exchange_.ready(ready); }
   // The values a message carries: what ready() should hand over at a time.

@@ -119,7 +119,7 @@ dp::PrivacyPlan agreed_plan(const dp::PlanInputs& in, collective::Communicator* 
     }
   }
   try {
-    comm->broadcast(std::as_writable_bytes(std::span<double>(&sigma, 1)), 0);
+    comm->broadcast(public_value(std::as_writable_bytes(std::span<double>(&sigma, 1))), 0);
   } catch (const Error& e) {
     fail(e.code(), std::string("waiting for rank 0's calibrated noise multiplier: ") + e.what());
   }
@@ -174,7 +174,7 @@ dp::PrivacyPlan plan_run(const RunInputs& in) {
   // Every peer's shard size (public: the manifest has them), for the sampling rates.
   std::vector<double> rows(static_cast<std::size_t>(world_of(in)), 0.0);
   rows[static_cast<std::size_t>(rank_of(in))] = static_cast<double>(in.data.train.rows);
-  if (in.comm) in.comm->allreduce(std::span<double>(rows), collective::Reduce::sum);
+  if (in.comm) in.comm->allreduce(public_value(std::span<double>(rows)), collective::Reduce::sum);
   double total_rows = 0;
   for (double r : rows) total_rows += r;
   if (c.batch_size > total_rows) {
@@ -217,7 +217,7 @@ std::unique_ptr<RunState> build_state(const RunInputs& in, const dp::PrivacyPlan
   s.evaluator.emplace(eval_split(in), in.comm);
   if (in.comm && c.init == Init::same) {
     // Seeded initialisation already agrees; the broadcast makes it so whatever the build.
-    in.comm->broadcast(std::as_writable_bytes(std::span<float>(s.model.params())), 0);
+    in.comm->broadcast(public_model(std::span<float>(s.model.params())).bytes(), 0);
   }
   if (c.ema_decay > 0) s.ema.emplace(s.model.params(), c.ema_decay);
   s.scratch.resize(s.model.num_params());

@@ -41,7 +41,8 @@ void warn(const std::string& what) { DPG_WARN("train: checkpoint " << what); }
 std::vector<long long> gather(collective::Communicator* comm, long long mine) {
   if (comm == nullptr) return {mine};
   std::vector<long long> all(static_cast<std::size_t>(comm->world()));
-  comm->allgather(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(all)));
+  comm->allgather(public_value(std::as_bytes(std::span(&mine, 1))),
+                  std::as_writable_bytes(std::span(all)));
   return all;
 }
 
@@ -167,7 +168,7 @@ bool Trainer::at_boundary(RunState& s, const Progress& p, bool epoch_start) {
   bool stop = in_.hooks.stop != nullptr && in_.hooks.stop->load(std::memory_order_relaxed);
   if (in_.comm) {
     double flags = stop ? 1.0 : 0.0;
-    in_.comm->allreduce(std::span<double>(&flags, 1), collective::Reduce::sum);
+    in_.comm->allreduce(public_value(std::span<double>(&flags, 1)), collective::Reduce::sum);
     stop = flags > 0;
   }
   if (stop && rank() == 0) {

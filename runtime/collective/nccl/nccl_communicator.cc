@@ -283,7 +283,8 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, int device, NcclOpti
   // together a world NCCL cannot run, since NCCL itself would crash or hang on it.
   const GpuRecord mine = local_record(device);
   std::vector<GpuRecord> all(world_);
-  bootstrap.allgather(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(all)));
+  bootstrap.allgather(public_value(std::as_bytes(std::span(&mine, 1))),
+                      std::as_writable_bytes(std::span(all)));
   if (auto e = check_gpus(all)) throw Error(e->code(), prefix() + e->what());
 
   IdRecord id;
@@ -294,7 +295,7 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, int device, NcclOpti
       put_text(id.error, nccl_text(r, nullptr));
     }
   }
-  bootstrap.broadcast(std::as_writable_bytes(std::span(&id, 1)), 0);
+  bootstrap.broadcast(public_value(std::as_writable_bytes(std::span(&id, 1))), 0);
   if (id.status != ncclSuccess) {
     throw Error(nccl_code(static_cast<ncclResult_t>(id.status)),
                 prefix() + "nccl: rank 0 could not make the NCCL unique id (ncclGetUniqueId: " +

@@ -22,6 +22,8 @@
 #include "tests/unit/collective/world.h"
 #include "tests/unit/net/poison_check.h"
 
+using dpg::public_value;  // the tests' buffers are synthetic
+
 using dpg::collective::Communicator;
 using dpg::collective::Options;
 using dpg::collective::Reduce;
@@ -37,8 +39,8 @@ void check_rank_sum(int n, std::size_t count, Options options, bool then_average
   run_world(n, options, [&](Communicator& c) {
     std::vector<float> v(count);
     for (std::size_t i = 0; i < count; ++i) v[i] = float(c.rank()) + float(i % 7);
-    c.allreduce(v, Reduce::sum);
-    if (then_average) c.allreduce(v, Reduce::average);  // a fresh round
+    c.allreduce(public_value(v), Reduce::sum);
+    if (then_average) c.allreduce(public_value(v), Reduce::average);  // a fresh round
     out[c.rank()] = v;
   });
   for (int r = 0; r < n; ++r) {
@@ -100,7 +102,7 @@ TEST_CASE("all-reduce average of random floats is bitwise identical on every pee
                               : Options{.segment_bytes = 64, .medium_bytes = 0};
     run_world(n, o, [&](Communicator& c) {
       auto v = in[c.rank()];
-      c.allreduce(v, Reduce::average);
+      c.allreduce(public_value(v), Reduce::average);
       out[c.rank()] = v;
     });
     for (std::size_t i = 0; i < out[0].size(); ++i) {
@@ -154,11 +156,11 @@ TEST_CASE("integer all-reduce sums modulo 2^32, exactly, on every path and every
         std::vector<float> after(n);
         run_world(n, o, [&](Communicator& c) {
           auto v = in[c.rank()];
-          c.allreduce(std::span<std::uint32_t>(v));
+          c.allreduce(public_value(std::span<std::uint32_t>(v)));
           out[c.rank()] = std::move(v);
           // The communicator goes on to a float all-reduce in the next round.
           float x = 1.0f;
-          c.allreduce(std::span<float>(&x, 1));
+          c.allreduce(public_value(std::span<float>(&x, 1)));
           after[c.rank()] = x;
         });
         for (int r = 0; r < n; ++r) {
@@ -181,11 +183,11 @@ TEST_CASE("broadcast, all-gather and barrier, with repeated calls in one communi
         for (int root = 0; root < n; ++root) {
           std::vector<std::byte> b(size, std::byte(c.rank() == root ? 0 : 0xff));
           for (std::size_t i = 0; c.rank() == root && i < size; ++i) b[i] = std::byte(i * 7 + root);
-          c.broadcast(b, root);
+          c.broadcast(public_value(b), root);
           for (std::size_t i = 0; i < size; ++i) REQUIRE(b[i] == std::byte(i * 7 + root));
         }
         std::vector<std::byte> mine(size, std::byte(c.rank() + 1)), all(size * n);
-        c.allgather(mine, all);
+        c.allgather(public_value(mine), all);
         for (int r = 0; r < n; ++r) {
           for (std::size_t i = 0; i < size; ++i) REQUIRE(all[r * size + i] == std::byte(r + 1));
         }
@@ -277,7 +279,7 @@ TEST_CASE("a size mismatch between peers is an error naming the peer, not a hang
   CHECK_THROWS_WITH_AS(run_world(2, Options{.segment_bytes = 1024},
                                  [&](Communicator& c) {
                                    std::vector<float> v(c.rank() == 0 ? 10 : 12);
-                                   c.allreduce(v);
+                                   c.allreduce(public_value(v));
                                  }),
                        doctest::Contains("peer"), dpg::Error);
 }
@@ -291,20 +293,20 @@ TEST_CASE("a routed communicator sends its float all-reduces down the route, the
       ++calls;
       seen = op;
       std::vector<double> d(data.begin(), data.end());
-      c.allreduce(std::span<double>(d), op);
+      c.allreduce(public_value(std::span<double>(d)), op);
       std::copy(d.begin(), d.end(), data.begin());
     });
     std::vector<float> f(10, static_cast<float>(c.rank() + 1));
-    c.allreduce(std::span<float>(f), Reduce::average);
+    c.allreduce(public_value(std::span<float>(f)), Reduce::average);
     CHECK(calls == 1);
     CHECK(seen == Reduce::average);
     for (float v : f) CHECK(v == 2.0f);
     std::vector<double> d(4, 1.0);
-    c.allreduce(std::span<double>(d));  // not routed
+    c.allreduce(public_value(std::span<double>(d)));  // not routed
     CHECK(calls == 1);
     for (double v : d) CHECK(v == 3.0);
     c.route_float_allreduce({});
-    c.allreduce(std::span<float>(f));
+    c.allreduce(public_value(std::span<float>(f)));
     CHECK(calls == 1);
     for (float v : f) CHECK(v == 6.0f);
   });

@@ -16,6 +16,8 @@
 #include "runtime/net/inproc/inproc_transport.h"
 #include "tests/unit/collective/world.h"
 
+using dpg::public_value;  // the tests' buffers are synthetic
+
 using dpg::collective::Communicator;
 using dpg::collective::Hierarchy;
 using dpg::collective::Options;
@@ -70,15 +72,15 @@ TEST_CASE("groups: collectives on each subset, interleaved with the parent's") {
       auto g = dpg::collective::split(c, r / 3, r);  // {0,1,2} and {3,4,5}
       auto h = dpg::collective::split(c, r % 2, r);  // {0,2,4} and {1,3,5}: a second tag space
       std::vector<float> a(count, float(r)), b(count, float(r + 1)), p(count, 1.0f);
-      g->comm().allreduce(a);
-      c.allreduce(p);
-      h->comm().allreduce(b);
+      g->comm().allreduce(public_value(a));
+      c.allreduce(public_value(p));
+      h->comm().allreduce(public_value(b));
       int mine = r * 10;
       std::vector<int> out(3);
-      h->comm().allgather(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(out)));
+      h->comm().allgather(public_value(std::as_bytes(std::span(&mine, 1))), std::as_writable_bytes(std::span(out)));
       g->comm().barrier();
       int root_value = r;
-      g->comm().broadcast(std::as_writable_bytes(std::span(&root_value, 1)), 2);
+      g->comm().broadcast(public_value(std::as_writable_bytes(std::span(&root_value, 1))), 2);
       CHECK(root_value == (r / 3) * 3 + 2);
       sub[r] = a;
       sub[r].push_back(b[0]);
@@ -107,11 +109,11 @@ TEST_CASE("reduce_scatter then allgather_blocks is the all-reduce") {
       run_world(n, o, [&](Communicator& c) {
         auto v = integer_input(c.rank(), count);
         auto w = v;
-        c.reduce_scatter(v);
+        c.reduce_scatter(public_value(v));
         const auto [b, e] = c.owned_block(count);
-        c.allreduce(w);
+        c.allreduce(public_value(w));
         for (std::size_t i = b; i < e; ++i) REQUIRE(v[i] == w[i]);
-        c.allgather_blocks(v);
+        c.allgather_blocks(public_value(v));
         got[c.rank()] = v;
         flat[c.rank()] = w;
       });
@@ -130,9 +132,9 @@ TEST_CASE("hierarchical all-reduce on emulated 2 hosts x 4 peers equals the flat
       auto v = integer_input(c.rank(), count);
       auto w = v;
       auto a = v;
-      h.allreduce(v);
-      c.allreduce(w);
-      h.allreduce(a, Reduce::average);
+      h.allreduce(public_value(v));
+      c.allreduce(public_value(w));
+      h.allreduce(public_value(a), Reduce::average);
       hier[c.rank()] = v;
       flat[c.rank()] = w;
       avg[c.rank()] = a;
@@ -158,8 +160,8 @@ TEST_CASE("hierarchical all-reduce: interleaved hosts, uneven hosts, random data
       std::vector<double> v(777);
       for (auto& x : v) x = d(rng);
       auto w = v;
-      h.allreduce(v, Reduce::average);
-      c.allreduce(w, Reduce::average);
+      h.allreduce(public_value(v), Reduce::average);
+      c.allreduce(public_value(w), Reduce::average);
       hier[c.rank()] = v;
       flat[c.rank()] = w;
     });
@@ -191,7 +193,7 @@ TEST_CASE("split: a dead member fails the group's collective naming it, within t
         auto g = dpg::collective::split(c, 0, r);
         if (r == 2) return;  // leaves before the group's all-reduce
         std::vector<float> v(1000, 1.0f);
-        g->comm().allreduce(v);
+        g->comm().allreduce(public_value(v));
       });
   // Nobody hangs; on the ring 0-1-2-3, 3 receives from 2 and names it, in parent ranks.
   for (int r : {0, 1, 3}) CHECK(errors[r] != "");

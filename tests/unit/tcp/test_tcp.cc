@@ -15,6 +15,8 @@
 #include "tests/unit/net/poison_check.h"
 #include "tests/unit/tcp/tcp_test_util.h"
 
+using dpg::public_value;  // the tests' buffers are synthetic
+
 using namespace std::chrono_literals;
 using dpg::collective::Communicator;
 using dpg::net::HostsFile;
@@ -38,7 +40,7 @@ TEST_CASE("all-reduce over TCP: 4 peers, odd and large sizes, tiny and default s
         if (seg < 100 && count > 2000) continue;
         std::vector<float> v(count);
         for (std::size_t i = 0; i < count; ++i) v[i] = float(t.rank()) + float(i % 5);
-        c.allreduce(v);
+        c.allreduce(public_value(v));
         for (std::size_t i = 0; i < count; ++i) {
           if (v[i] != float(6 + 4 * int(i % 5))) {
             throw dpg::Error(dpg::Code::internal, "wrong sum at " + std::to_string(i));
@@ -87,12 +89,12 @@ TEST_CASE("a stalled peer makes the others time out naming the peer and the roun
   auto errors = run_tcp(3, o, [](TcpTransport& t) {
     Communicator c(t);
     std::vector<float> v(1000, 1.0f);
-    c.allreduce(v);  // round 0 completes everywhere
+    c.allreduce(public_value(v));  // round 0 completes everywhere
     if (t.rank() == 2) {
       std::this_thread::sleep_for(1500ms);  // alive but silent
       return;
     }
-    c.allreduce(v);  // round 1: peers 0 and 1 wait on peer 2
+    c.allreduce(public_value(v));  // round 1: peers 0 and 1 wait on peer 2
   });
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
   CAPTURE(errors[0]);
@@ -131,9 +133,9 @@ TEST_CASE("a peer that stops early makes the others fail at once, naming it") {
   auto errors = run_tcp(4, o, [](TcpTransport& t) {
     Communicator c(t);
     std::vector<float> v(1 << 16, 1.0f);
-    c.allreduce(v);
+    c.allreduce(public_value(v));
     if (t.rank() == 1) throw dpg::Error(dpg::Code::aborted, "rank 1: stopping on purpose");
-    c.allreduce(v);
+    c.allreduce(public_value(v));
   });
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);
   for (int r : {0, 2, 3}) {

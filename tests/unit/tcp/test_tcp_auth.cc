@@ -14,6 +14,8 @@
 #include "runtime/net/frame.h"
 #include "tests/unit/tcp/tcp_test_util.h"
 
+using dpg::public_value;  // the tests' buffers are synthetic
+
 using namespace std::chrono_literals;
 using namespace dpg::net;
 using dpg::test::run_tcp;
@@ -199,7 +201,7 @@ TEST_CASE("auth: four peers with one secret all-reduce, in both progress modes")
     auto errors = run_tcp(4, o, [](TcpTransport& t) {
       dpg::collective::Communicator c(t);
       std::vector<float> v(100003, float(t.rank()));
-      c.allreduce(v);
+      c.allreduce(public_value(v));
       for (float x : v) {
         if (x != 6.0f) throw dpg::Error(dpg::Code::internal, "wrong sum");
       }

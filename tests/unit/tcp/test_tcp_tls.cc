@@ -13,6 +13,8 @@
 
 #include "tests/unit/tcp/tcp_test_util.h"
 
+using dpg::public_value;  // the tests' buffers are synthetic
+
 using namespace std::chrono_literals;
 using namespace dpg::net;
 using dpg::test::run_tcp_on;
@@ -80,7 +82,7 @@ TEST_CASE("tls: all-reduce over TLS with a secret, 4 peers, both progress modes"
         dpg::collective::Communicator c(t, {4096, 0, 3});
         std::vector<float> v(count);
         for (std::size_t i = 0; i < count; ++i) v[i] = float(t.rank()) + float(i % 5);
-        c.allreduce(v);
+        c.allreduce(public_value(v));
         for (std::size_t i = 0; i < count; ++i) {
           if (v[i] != float(6 + 4 * int(i % 5))) {
             throw dpg::Error(dpg::Code::internal, "wrong sum at " + std::to_string(i));

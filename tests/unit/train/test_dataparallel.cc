@@ -62,7 +62,7 @@ void step(model::Mlp& m, dp::GaussianMechanism& mech, train::Sgd& sgd, const Bat
   train::StepStats stats;
   const dp::PrivateGradient mine = train::private_gradient(m, ws, b.labels, mech, buffers, stats);
   const dp::PrivateGradient g =
-      comm ? mech.exchange(mine, [&](std::span<float> v) { comm->allreduce(v); }) : mine;
+      comm ? mech.exchange(mine, [&](Wire<float> v) { comm->allreduce(v); }) : mine;
   sgd.apply(m.params(), g);
 }
 

@@ -335,7 +335,7 @@ class RoutingCollectives final : public collective::DeviceCollectives {
     return [comm = &comm_, routed = routed_](std::span<float> data, collective::Reduce op) {
       ++*routed;
       std::vector<double> wide(data.begin(), data.end());
-      comm->allreduce(std::span<double>(wide), op);
+      comm->allreduce(public_value(std::span<double>(wide)), op);
       std::copy(wide.begin(), wide.end(), data.begin());
     };
   }
@@ -385,7 +385,7 @@ TEST_CASE("device: the route of the float all-reduces into the direct collective
           during[static_cast<std::size_t>(r)] = routed->load();
         }
         std::vector<float> v = {1.0f + static_cast<float>(r), 10.0f};
-        comm.allreduce(std::span<float>(v));
+        comm.allreduce(public_value(std::span<float>(v)));
         sums[static_cast<std::size_t>(r)] = v;
         after[static_cast<std::size_t>(r)] = routed->load() - during[static_cast<std::size_t>(r)];
       } catch (const std::exception& e) {

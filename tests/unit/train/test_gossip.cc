@@ -55,7 +55,7 @@ Trace gossip(const std::string& kind, int n, int rounds, std::size_t count,
     dist[rank].push_back(train::consensus_distance(comm, x, mean));
     if (rank == 0) trace.mean_before = mean;
     for (int r = 0; r < rounds; ++r) {
-      g.begin(r, x);
+      g.begin(r, public_model(std::span<const float>(x)));
       g.end(x);
       dist[rank].push_back(train::consensus_distance(comm, x, mean));
     }
@@ -158,7 +158,8 @@ TEST_CASE("the neighbour exchange holds a fixed window of chunks, whatever the m
     const std::vector<float> w = {0.25f, 0.25f};
     std::vector<float> out(count);
     for (int round = 0; round < 2; ++round) {  // twice: the slots are reused across rounds
-      ex.start(static_cast<uint64_t>(round), models[rank], peers, peers);
+      ex.start(static_cast<uint64_t>(round), public_model(std::span<const float>(models[rank])), peers,
+               peers);
       ex.finish([&](std::size_t b, std::size_t e, std::span<const std::span<const float>> in) {
         REQUIRE(in.size() == 2);
         collective::mix_range(out, 0.5f, models[rank], w, in, b, e);
@@ -194,7 +195,7 @@ TEST_CASE("the neighbour exchange sends a model handed over piece by piece only 
     const std::vector<int> peers = {(rank + n - 1) % n, (rank + 1) % n};
     const std::vector<float> w = {0.25f, 0.25f};
     std::vector<float> mine(count, std::numeric_limits<float>::quiet_NaN()), out(count);
-    ex.start(5, mine, peers, peers, 0);
+    ex.start(5, public_model(std::span<const float>(mine)), peers, peers, 0);
     std::size_t done = 0;
     for (const std::size_t piece : {7, 100, 33, 500}) {
       std::copy_n(models[rank].begin() + static_cast<long>(done), piece,
