@@ -10,6 +10,8 @@ meson:    docs/ARCHITECTURE.md's table of meson targets names every static_libra
           executable outside tests/, each with exactly the sources its meson.build gives it.
 algos:    tools/sweep.py's ALGOS are the names of the Algo enum (EnumNames<Algo> in
           runtime/core/train_config.h), in order, and GRAPH_ALGOS only names from them.
+walkthrough: docs/ARCHITECTURE.md's walk-through of adding an algorithm quotes the algorithm
+          table's line (runtime/train/algorithm.cc) as it is, and names the file of its factory.
 config:   docs/TRAINING.md's table of config fields has one row per field of the config table
           (runtime/core/train_config.cc) and no other, each with TrainConfig's default.
 
@@ -473,12 +475,46 @@ def check_config_table(root, doc="docs/TRAINING.md"):
             problems.append(f"{doc}:{line}: `{key}` is no field of {CONFIG_CC}'s table")
     return problems, []
 
+WALKTHROUGH_DOC = "docs/ARCHITECTURE.md"
+ALGO_TABLE = "runtime/train/algorithm.cc"
+
+
+def check_walkthrough(root):
+    """docs/ARCHITECTURE.md's walk-through of adding an algorithm against the code: the table
+    line it quotes is that algorithm's line in runtime/train/algorithm.cc (spaces aside), and the
+    file it names defines the factory the line names."""
+    text = read(root, WALKTHROUGH_DOC)
+    quoted = re.search(r"`(\{Algo::(\w+),[^`]*\})`", text)
+    if not quoted:
+        return [f"{WALKTHROUGH_DOC}: no quoted table line `{{Algo::...}}` in the walk-through"], []
+    line = text.count("\n", 0, quoted.start()) + 1
+    algo = quoted.group(2)
+    squash = lambda s: re.sub(r"\s+", " ", s).strip()
+    table = read(root, ALGO_TABLE)
+    entry = re.search(r"\{Algo::" + algo + r",.*?\)\}", table, re.S)
+    problems = []
+    if not entry:
+        return [f"{WALKTHROUGH_DOC}:{line}: {ALGO_TABLE} has no line for Algo::{algo}"], []
+    if squash(entry.group(0)) != squash(quoted.group(1)):
+        problems.append(f"{WALKTHROUGH_DOC}:{line}: the quoted line {squash(quoted.group(1))!r} "
+                        f"differs from {ALGO_TABLE}'s {squash(entry.group(0))!r}")
+    factory = re.search(r"DPG_FACTORY\((\w+)\)", entry.group(0))
+    source = re.search(r"`(runtime/train/algo_\w+\.cc)`", text)
+    if factory and source:
+        path = source.group(1)
+        body = read(root, path) if os.path.isfile(os.path.join(root, path)) else ""
+        if not re.search(r"std::unique_ptr<Algorithm>\s+" + factory.group(1) + r"\(", body):
+            problems.append(f"{WALKTHROUGH_DOC}:{line}: {path} does not define "
+                            f"{factory.group(1)}, which the quoted line names")
+    return problems, []
+
 
 CHECKS = {
     "includes": check_includes,
     "meson": check_meson_table,
     "algos": check_algos,
     "config": check_config_table,
+    "walkthrough": check_walkthrough,
 }
 
 

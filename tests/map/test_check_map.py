@@ -39,7 +39,12 @@ CLEAN = {
     "docs/ARCHITECTURE.md": "# Architecture\n\nThe meson targets, exactly:\n\n"
                             "| target | sources | depends on |\n| --- | --- | --- |\n"
                             "| `dpg_dp` | `dp/ clip.cc noise.cc` | core |\n"
-                            "| `tool` (executable) | `dp/ t*.cc` (a glob) | dp |\n\nAfter.\n",
+                            "| `tool` (executable) | `dp/ t*.cc` (a glob) | dp |\n\nAfter.\n"
+                            "1. One file, `runtime/train/algo_basic.cc`.\n"
+                            "2. One line: `{Algo::single, no,  DPG_FACTORY(make_single)}`.\n",
+    "runtime/train/algorithm.cc": "const AlgoInfo kAlgorithms[] = {\n"
+                                  "    {Algo::single, no,\n     DPG_FACTORY(make_single)},\n};\n",
+    "runtime/train/algo_basic.cc": "std::unique_ptr<Algorithm> make_single(const AlgoSetup& s);\n",
     "dp/tool.cc": "int main() {}\n",
     # The algorithms, the config fields and their docs.
     "runtime/core/train_config.h":
@@ -99,6 +104,13 @@ CASES = [
                         "exe = executable('tool', 'tool.cc')\n"
                         "static_library('dpg_dp_noise', 'noise.cc')\n"},
      "the meson target `dpg_dp_noise` has no row in the table", "meson"),
+    ("a walk-through that quotes another table line",
+     {"runtime/train/algorithm.cc": "{Algo::single, yes, DPG_FACTORY(make_single)},\n"},
+     "differs from runtime/train/algorithm.cc's '{Algo::single, yes, DPG_FACTORY(make_single)}'",
+     "walkthrough"),
+    ("a walk-through whose file lacks the factory",
+     {"runtime/train/algo_basic.cc": "// moved\n"},
+     "runtime/train/algo_basic.cc does not define make_single", "walkthrough"),
     ("an algorithm the sweep lacks", {"tools/sweep.py": 'ALGOS = ("single",)\n'},
      "tools/sweep.py:1: ALGOS ['single'] differs from", "algos"),
     ("a field the docs lack",
@@ -112,7 +124,7 @@ CASES = [
                           "| `trace` | `\"\"` | file |\n| `hidden` | `[256, 10]` | widths |\n"},
      "docs/TRAINING.md:3: `lr`'s default is `0.1` here and 1.0", "config"),
 ]
-CHECKS = "includes,meson,algos,config"
+CHECKS = "includes,meson,algos,config,walkthrough"
 
 
 def run(checker, root, only):
