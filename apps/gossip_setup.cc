@@ -54,17 +54,16 @@ std::vector<topology::Topology> graphs_for(const std::string& name, const TrainC
 
 train::GossipPhase phase(double at, bool in_epochs, const std::string& name, const TrainConfig& c,
                          int world, const std::string& field, const HostsGraph& hosts) {
-  train::GossipPhase p;
-  p.at = at;
-  p.in_epochs = in_epochs;
-  p.label = is_graph_file(name) ? "file:" + name : name;
-  p.period = graphs_for(name, c, world, field, hosts, true);
-  if (p.period.empty() || p.period.front().peers() != world) {
+  std::vector<topology::Topology> period = graphs_for(name, c, world, field, hosts, true);
+  if (period.empty() || period.front().peers() != world) {
     fail(Code::invalid_argument,
          field + ": graph \"" + name + "\" has " +
-             std::to_string(p.period.empty() ? 0 : p.period.front().peers()) +
+             std::to_string(period.empty() ? 0 : period.front().peers()) +
              " peers, the run has " + std::to_string(world));
   }
+  train::GossipPhase p =
+      topology::Schedule::phase(0, is_graph_file(name) ? "file:" + name : name, std::move(period));
+  p.when = {.at = at, .in_epochs = in_epochs, .graph = name};
   return p;
 }
 

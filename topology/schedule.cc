@@ -1,6 +1,7 @@
 #include "topology/schedule.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -39,6 +40,16 @@ Schedule::Phase Schedule::phase(long long start_round, std::string label,
   if (p.period.empty()) fail(Code::invalid_argument, "schedule: phase " + p.label + " is empty");
   p.spectrum = analyse_period(p.period);
   return p;
+}
+
+std::vector<Schedule::Phase> Schedule::resolved(std::vector<Phase> phases,
+                                               double steps_per_epoch) {
+  for (Phase& p : phases) {
+    p.start_round = p.when.in_epochs
+                        ? static_cast<long long>(std::ceil(p.when.at * steps_per_epoch - 1e-9))
+                        : static_cast<long long>(std::llround(p.when.at));
+  }
+  return phases;
 }
 
 const Schedule::Phase& Schedule::phase_at(long long round) const {

@@ -111,10 +111,8 @@ std::unique_ptr<Algorithm> make_algorithm(const AlgoSetup& setup) {
 std::vector<int> graph_neighbours(const std::vector<GossipPhase>& phases, int rank) {
   if (phases.empty()) return {};
   // Only the graphs matter here, not when each starts: number the phases in their order.
-  std::vector<topology::Schedule::Phase> all;
-  for (const auto& p : phases) {
-    all.push_back(topology::Schedule::phase(static_cast<long long>(all.size()), p.label, p.period));
-  }
+  std::vector<topology::Schedule::Phase> all = phases;
+  for (std::size_t k = 0; k < all.size(); ++k) all[k].start_round = static_cast<long long>(k);
   return topology::Schedule(std::move(all)).peers_of(rank);
 }
 

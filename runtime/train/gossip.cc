@@ -8,14 +8,8 @@
 namespace dpg::train {
 
 topology::Schedule make_schedule(const std::vector<GossipPhase>& phases, double steps_per_epoch) {
-  std::vector<topology::Schedule::Phase> out;
-  for (const auto& p : phases) {
-    const long long start = p.in_epochs
-                                ? static_cast<long long>(std::ceil(p.at * steps_per_epoch - 1e-9))
-                                : static_cast<long long>(std::llround(p.at));
-    out.push_back(topology::Schedule::phase(start, p.label, p.period));
-  }
-  return topology::Schedule(std::move(out));  // checks that the phases start in order
+  // Schedule's constructor checks that the phases start in order.
+  return topology::Schedule(topology::Schedule::resolved(phases, steps_per_epoch));
 }
 
 Gossip::Gossip(net::Transport& transport, topology::Schedule schedule, std::size_t num_params,

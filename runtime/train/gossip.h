@@ -14,13 +14,10 @@
 
 namespace dpg::train {
 
-// One graph of a run and when it comes into force: `at` epochs (or steps) from the start.
-struct GossipPhase {
-  double at = 0;
-  bool in_epochs = true;
-  std::string label;                        // "ring", "exponential", "file:g.json", ...
-  std::vector<topology::Topology> period;   // one graph, or a time-varying period
-};
+// The graphs of a run and when each comes into force (topology::Schedule::Phase: the config's
+// entry, its label "ring", "exponential", "file:g.json", ..., and one graph or a time-varying
+// period).
+using GossipPhase = topology::Schedule::Phase;
 
 // Turns phases given in epochs or steps into a schedule in rounds (one round per step), with
 // `steps_per_epoch` = 1 / q. Epoch boundaries are those of the training loop.

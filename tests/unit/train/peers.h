@@ -44,10 +44,7 @@ inline std::vector<train::GossipPhase> graph_phases(const std::string& kind, int
   topology::GraphSpec spec;
   spec.kind = kind;
   spec.peers = world;
-  train::GossipPhase p;
-  p.label = kind;
-  p.period = topology::make(spec);
-  return {p};
+  return {topology::Schedule::phase(0, kind, topology::make(spec))};
 }
 
 // The largest |a_i - b_i|, and the largest |a_i|: a device run's model against the CPU's.

@@ -33,7 +33,7 @@ std::vector<train::GossipPhase> one_phase(const std::string& kind, int n) {
   topology::GraphSpec spec;
   spec.kind = kind;
   spec.peers = n;
-  return {train::GossipPhase{0, false, kind, topology::make(spec)}};
+  return {topology::Schedule::phase(0, kind, topology::make(spec))};
 }
 
 struct Trace {
@@ -126,8 +126,8 @@ TEST_CASE("a topology of another size than the world is refused") {
 TEST_CASE("a schedule switches graphs at the round an epoch boundary falls on") {
   auto phases = one_phase("ring", 8);
   auto later = one_phase("exponential", 8)[0];
-  later.at = 2;        // epochs
-  later.in_epochs = true;
+  later.when.at = 2;        // epochs
+  later.when.in_epochs = true;
   phases.push_back(later);
   const auto s = train::make_schedule(phases, 14.65);  // ceil(2 * 14.65) = 30
   CHECK(s.phase_at(29).label == "ring");
@@ -135,8 +135,8 @@ TEST_CASE("a schedule switches graphs at the round an epoch boundary falls on") 
   CHECK(s.phases()[1].spectrum.rho < s.phases()[0].spectrum.rho);
 
   auto earlier = one_phase("ring", 8)[0];  // epoch 1 after epoch 2: refused, naming the phase
-  earlier.at = 1;
-  earlier.in_epochs = true;
+  earlier.when.at = 1;
+  earlier.when.in_epochs = true;
   phases.push_back(earlier);
   CHECK_THROWS_WITH_AS(train::make_schedule(phases, 14.65),
                        doctest::Contains("phase 2 (ring) starts at round 15"), Error);
