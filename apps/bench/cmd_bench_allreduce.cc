@@ -155,35 +155,31 @@ bool check(const std::vector<std::uint32_t>& v, int n) {
 // With --secure-aggregation, plain and masked operations alternate in blocks of this many.
 constexpr int kSecAggBlock = 25;
 
-// The links' options of one peer, from the command's flags.
-struct LinkOptions {
+// The links' options of one peer, from the command's flags: what every link shares, and each
+// transport's own.
+struct Links {
+  net::LinkOptions link;
   net::TcpOptions tcp;
   net::ShmOptions shm;
 };
 
-LinkOptions link_options(const AllreduceBenchOptions& o) {
-  LinkOptions l;
-  net::TcpOptions& topt = l.tcp;
-  topt.timeout = std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000));
-  topt.connect_timeout = topt.timeout;
-  topt.config_hash = fnv1a64(o.sizes + "/" + std::to_string(o.segment_bytes) + "/" +
-                             std::to_string(o.small_bytes) + "/" + std::to_string(o.scratch_slots) +
-                             "/" + std::to_string(o.medium_bytes) + "/" + o.transport +
-                             (o.secure_aggregation ? "/secagg" : ""));
-  topt.socket_buffer_bytes = o.socket_buffer_bytes;
-  topt.spin_us = o.spin_us;
-  topt.progress_thread = o.progress_thread;
-  topt.tls = o.tls;
-  net::ShmOptions& sopt = l.shm;
-  sopt.timeout = topt.timeout;
-  sopt.connect_timeout = topt.connect_timeout;
-  sopt.config_hash = topt.config_hash;
-  sopt.spin_us = o.spin_us;
-  sopt.progress_thread = o.progress_thread;
-  sopt.slot_bytes = o.slot_bytes;
-  sopt.slots = o.slots;
-  sopt.direct_min_bytes = o.direct_min_bytes;
-  sopt.busy_poll_us = o.busy_poll_us;
+Links link_options(const AllreduceBenchOptions& o) {
+  Links l;
+  l.link.timeout = std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000));
+  l.link.connect_timeout = l.link.timeout;
+  l.link.config_hash = fnv1a64(o.sizes + "/" + std::to_string(o.segment_bytes) + "/" +
+                               std::to_string(o.small_bytes) + "/" +
+                               std::to_string(o.scratch_slots) + "/" +
+                               std::to_string(o.medium_bytes) + "/" + o.transport +
+                               (o.secure_aggregation ? "/secagg" : ""));
+  l.link.spin_us = o.spin_us;
+  l.link.progress_thread = o.progress_thread;
+  l.tcp.socket_buffer_bytes = o.socket_buffer_bytes;
+  l.tcp.tls = o.tls;
+  l.shm.slot_bytes = o.slot_bytes;
+  l.shm.slots = o.slots;
+  l.shm.direct_min_bytes = o.direct_min_bytes;
+  l.shm.busy_poll_us = o.busy_poll_us;
   return l;
 }
 
@@ -201,10 +197,11 @@ class PeerBench {
         if (std::find(peers.begin(), peers.end(), p) == peers.end()) peers.push_back(p);
       }
     }
-    transport_ = make_transport(hosts, rank, peers, mode_of(o), links_.tcp, links_.shm);
+    transport_ =
+        make_transport(hosts, rank, peers, mode_of(o), links_.link, links_.tcp, links_.shm);
     comm_.emplace(*transport_, copt_);
     if (o.hierarchical) hierarchy_.emplace(*comm_, host_ids(hosts));
-    if (o.secure_aggregation) masker_.emplace(train::agree_masks(*comm_, links_.tcp.config_hash));
+    if (o.secure_aggregation) masker_.emplace(train::agree_masks(*comm_, links_.link.config_hash));
   }
 
   // The rows of one size: the plain (or TLS, or hierarchical) all-reduce's, then the masked
@@ -296,7 +293,7 @@ class PeerBench {
 
   const AllreduceBenchOptions& o_;
   const int rank_, n_;
-  const LinkOptions links_;
+  const Links links_;
   const collective::Options copt_;
   // Declared in the order they depend on each other: each is destroyed before what it uses.
   std::unique_ptr<net::Transport> transport_;
