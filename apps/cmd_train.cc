@@ -185,16 +185,17 @@ struct Links {
 void connect(Links& links, const TrainConfig& c, const TrainFlags& flags, const Peers& peers,
              const train::AlgoInfo& algo, const std::vector<train::GossipPhase>& phases,
              trace::Tracer& tracer) {
-  net::TcpOptions t;
-  t.timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
-  t.connect_timeout = t.timeout;
+  net::LinkOptions link;
+  link.timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
+  link.connect_timeout = link.timeout;
   // The hosts file's topology is part of what the peers must share when a run uses it.
-  t.config_hash = shared_settings_hash(c) ^ (peers.hosts.topology.is_null()
-                                                 ? 0
-                                                 : fnv1a64(peers.hosts.topology.dump()));
+  link.config_hash = shared_settings_hash(c) ^ (peers.hosts.topology.is_null()
+                                                    ? 0
+                                                    : fnv1a64(peers.hosts.topology.dump()));
   // An algorithm that overlaps communication with computation needs a progress thread.
-  t.progress_thread = algo.overlaps(c);
-  t.tls = flags.tls;
+  link.progress_thread = algo.overlaps(c);
+  net::TcpOptions tcp;
+  tcp.tls = flags.tls;
   const collective::Options copt;
   // The collectives' peers (the initial broadcast, evaluation and metrics), plus the
   // algorithm's own (gossip: the neighbours of every graph of the run).
@@ -206,14 +207,9 @@ void connect(Links& links, const TrainConfig& c, const TrainFlags& flags, const 
       talk_to.insert(p);
     }
   }
-  net::ShmOptions shm;
-  shm.timeout = t.timeout;
-  shm.connect_timeout = t.connect_timeout;
-  shm.config_hash = t.config_hash;
-  shm.progress_thread = t.progress_thread;
   links.transport = make_transport(peers.hosts, peers.rank,
                                    std::vector<int>(talk_to.begin(), talk_to.end()), c.transport,
-                                   t, shm);
+                                   link, tcp);
   if (tracer.on()) links.traced.emplace(*links.transport, tracer);
   links.comm.emplace(links.traced ? static_cast<net::Transport&>(*links.traced) : *links.transport,
                      copt);

@@ -63,7 +63,10 @@ std::string describe(const TransportPlan& plan) {
 
 std::unique_ptr<net::Transport> make_transport(const net::HostsFile& hosts, int rank,
                                                const std::vector<int>& peers, TransportMode mode,
+                                               const net::LinkOptions& link,
                                                net::TcpOptions tcp, net::ShmOptions shm) {
+  static_cast<net::LinkOptions&>(tcp) = link;
+  static_cast<net::LinkOptions&>(shm) = link;
   // TLS's certificates name who a peer is; shared memory checks only the user id, so a run that
   // asks for TLS keeps every link on it (docs/SECURITY.md).
   if (tcp.tls && mode == TransportMode::shm) {

@@ -9,6 +9,7 @@
 
 #include "runtime/core/train_config.h"
 #include "runtime/net/hosts.h"
+#include "runtime/net/link_options.h"
 #include "runtime/net/shm/shm_transport.h"
 #include "runtime/net/tcp/tcp_transport.h"
 #include "runtime/net/transport.h"
@@ -25,12 +26,15 @@ TransportPlan plan_transport(const net::HostsFile& hosts, int rank, const std::v
                              TransportMode mode);
 
 // Builds the plan's transports: one of them alone, or both behind a RoutedTransport. With both,
-// each gets its progress thread (a wait on one does not move the other's data). `tcp` and `shm`
-// carry the settings; their timeout, config hash and progress thread must agree. With tcp.tls
-// every peer goes over TCP (auto included) and shm is refused: TLS covers every link.
+// each gets its progress thread (a wait on one does not move the other's data). `link` is what
+// every link shares (timeout, config hash, progress thread...), whichever transport carries it;
+// `tcp` and `shm` add each transport's own settings (their LinkOptions part is replaced by
+// `link`). With tcp.tls every peer goes over TCP (auto included) and shm is refused: TLS covers
+// every link.
 std::unique_ptr<net::Transport> make_transport(const net::HostsFile& hosts, int rank,
                                                const std::vector<int>& peers, TransportMode mode,
-                                               net::TcpOptions tcp, net::ShmOptions shm);
+                                               const net::LinkOptions& link,
+                                               net::TcpOptions tcp = {}, net::ShmOptions shm = {});
 
 // host_of[r]: the index of rank r's host among the hosts file's distinct hosts (as written), for
 // collective::Hierarchy.

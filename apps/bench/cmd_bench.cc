@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/core/bench_row.h"
+#include "apps/bench/bench_options.h"
 #include "apps/bench/row_json.h"
 #include "apps/commands.h"
 #include "apps/parse.h"
@@ -33,22 +34,6 @@
 
 namespace dpg::app {
 namespace {
-
-struct StepBenchOptions {
-  std::string widths = "784,256,256,10";
-  std::string activation = "relu";
-  std::string threads = "1,2";
-  int batch = 256;
-  double seconds = 1.0;
-  int repeats = 5;
-  int rounds = 3;
-  std::string baseline;  // "" or "torch"
-  std::string torch_script = "tools/bench_torch_mlp.py";
-  std::string python = "/usr/bin/python3";
-  bool json = false;
-  bool secure_noise = false;  // also time the DP step with --secure-noise's generator
-  std::string device = "cpu";  // cpu, or cuda / cuda:N: the step on the CUDA backend
-};
 
 using bench::median;
 using Row = bench::StepRow;
@@ -261,42 +246,16 @@ void print_ratios(const std::vector<std::vector<Row>>& runs, const std::vector<i
 }
 
 void run_step_bench(const StepBenchOptions& o) {
+  check(o);
   model::MlpSpec spec;
   const auto widths = parse_int_list(o.widths, "--widths");
-  if (widths.size() < 2) fail(Code::invalid_argument, "--widths: need at least inputs,classes");
   spec.inputs = widths.front();
   spec.classes = widths.back();
   spec.hidden.assign(widths.begin() + 1, widths.end() - 1);
-  try {
-    spec.activation = parse_enum<Activation>(o.activation);
-  } catch (const Error& e) {
-    fail(e.code(), std::string("--activation: ") + e.what());
-  }
-  if (o.batch < 1) fail(Code::invalid_argument, "--batch: must be at least 1");
-  if (o.repeats < 1) fail(Code::invalid_argument, "--repeats: must be at least 1");
-  if (o.rounds < 1) fail(Code::invalid_argument, "--rounds: must be at least 1");
-  if (!(o.seconds > 0 && o.seconds <= 3600)) {
-    std::ostringstream got;
-    got << o.seconds;
-    fail(Code::invalid_argument, "--seconds: must be in (0, 3600], got " + got.str());
-  }
-  if (o.baseline != "" && o.baseline != "torch") {
-    fail(Code::invalid_argument, "--baseline: expected torch, got \"" + o.baseline + "\"");
-  }
+  spec.activation = parse_enum<Activation>(o.activation);
   const auto threads = parse_int_list(o.threads, "--threads");
-  std::string device;
-  try {
-    device = device_name(o);
-  } catch (const Error& e) {
-    std::string why = e.what();  // "/device: ..." from the config's parser
-    if (why.starts_with("/device: ")) why = why.substr(9);
-    fail(e.code(), "--device: " + why);
-  }
+  const std::string device = device_name(o);
   const int gpu = parse_device(o.device).cuda ? std::max(parse_device(o.device).index, 0) : -1;
-  if (gpu >= 0 && o.secure_noise) {
-    fail(Code::invalid_argument, "--secure-noise: the CPU's ChaCha20 noise; the device step "
-                                 "draws Philox noise (use --device cpu)");
-  }
   // Each round runs, per thread count, dpgossip's rows and then PyTorch's, so that a slow spell
   // of the machine (the two vCPUs of this VM sometimes share one core's vector units) lands on
   // both sides alike; rows are medians over rounds, ratios are taken within a round.
@@ -345,24 +304,7 @@ void add_bench(CLI::App& app) {
   bench->require_subcommand(1);
   auto o = std::make_shared<StepBenchOptions>();
   auto* step = bench->add_subcommand("step", "samples/s of the SGD and DP-SGD step of an MLP");
-  step->add_option("--widths", o->widths, "layer widths, inputs to classes")->capture_default_str();
-  step->add_option("--activation", o->activation, "relu or tanh")->capture_default_str();
-  step->add_option("--threads", o->threads, "BLAS thread counts to run")->capture_default_str();
-  step->add_option("--batch", o->batch, "batch size")->capture_default_str();
-  step->add_option("--seconds", o->seconds, "timed seconds per row")->capture_default_str();
-  step->add_option("--repeats", o->repeats, "timed windows per row (median)")->capture_default_str();
-  step->add_option("--rounds", o->rounds, "rounds of every row, run one after another (median)")
-      ->capture_default_str();
-  step->add_option("--baseline", o->baseline, "torch: also run PyTorch's step in this command");
-  step->add_option("--torch-script", o->torch_script, "path of the PyTorch script")->capture_default_str();
-  step->add_option("--python", o->python, "Python interpreter with torch")->capture_default_str();
-  step->add_flag("--json", o->json, "one JSON object per row");
-  step->add_option("--device", o->device,
-                   "cpu, or cuda / cuda:N: the step on that GPU (PyTorch's baseline too)")
-      ->capture_default_str();
-  step->add_flag("--secure-noise", o->secure_noise,
-                 "also time the DP step with secure noise (the discrete Gaussian on a grid, "
-                 "from ChaCha20)");
+  add_step_flags(*step, *o);
   step->callback([o] { run_step_bench(*o); });
   add_bench_allreduce(*bench);
 }

@@ -30,6 +30,7 @@
 
 #include "apps/bench/allreduce_report.h"
 #include "apps/bench/bench_baseline.h"
+#include "apps/bench/bench_options.h"
 #include "apps/bench/limits.h"
 #include "runtime/core/bench_row.h"
 #include "apps/bench/row_json.h"
@@ -59,40 +60,6 @@ using bench::AllreduceRow;
 using bench::make_row;
 using bench::repeats_for_size;
 
-struct AllreduceBenchOptions {
-  int peers = 4;
-  std::string sizes = "4K,64K,1M,16M,64M";
-  int warmup = 1000;
-  int repeats = 500;
-  std::string baseline;  // "", "gloo", "mpi" or "gloo,mpi"
-  bool json = false;
-  int rounds = 3;
-  std::size_t segment_bytes = 256 * 1024;
-  std::size_t small_bytes = collective::Options{}.small_bytes;
-  std::size_t scratch_slots = collective::Options{}.scratch_slots;
-  std::size_t medium_bytes = collective::Options{}.medium_bytes;
-  int socket_buffer_bytes = 0;
-  int spin_us = 50;
-  double timeout_s = 60;
-  std::string hosts;        // one peer of a multi-process run
-  std::optional<int> rank;
-  std::string rows_out;     // where rank 0 writes its rows (JSON lines); stdout when empty
-  bool pin = false;         // pin peer r to CPU r mod (CPUs)
-  bool progress_thread = false;  // an I/O thread per peer instead of I/O on the waiting thread
-  bool tls = false;  // --peers: also over TLS, beside plain TCP; --hosts: TLS with its files
-  // --peers: also the hierarchical all-reduce beside the flat one; --hosts: it alone.
-  bool hierarchical = false;
-  // Also the masked secure-aggregation exchange (dp/secagg.h) beside the plain all-reduce, in the
-  // same peers, alternating with it.
-  bool secure_aggregation = false;
-  int emulated_hosts = 1;  // --peers: spread over this many loopback addresses (127.0.0.h)
-  std::string transport = "auto";  // auto, tcp or shm (TrainConfig's TransportMode)
-  uint32_t slot_bytes = net::ShmOptions{}.slot_bytes;
-  uint32_t slots = net::ShmOptions{}.slots;
-  std::size_t direct_min_bytes = net::ShmOptions{}.direct_min_bytes;
-  int busy_poll_us = net::ShmOptions{}.busy_poll_us;
-};
-
 using bench_report::kHierBackend;
 using bench_report::kSecAggBackend;
 using bench_report::kTlsBackend;
@@ -101,19 +68,9 @@ using bench_report::kTlsBackend;
 // the hierarchical all-reduce.
 enum class Variant { plain, tls, hierarchical };
 
+// --transport, once check() has passed it.
 TransportMode mode_of(const AllreduceBenchOptions& o) {
-  TransportMode m;
-  try {
-    m = parse_enum<TransportMode>(o.transport);
-  } catch (const Error& e) {
-    fail(Code::invalid_argument, std::string("--transport: ") + e.what());
-  }
-  if (m == TransportMode::nccl) {
-    fail(Code::invalid_argument, "--transport: nccl needs a GPU for every rank, and this "
-                                 "benchmark runs its peers on one machine; it times auto, tcp "
-                                 "and shm");
-  }
-  return m;
+  return parse_enum<TransportMode>(o.transport);
 }
 
 // Rank-valued inputs whose sum is exact in float: x[i] = rank + 1 + i % 3.
@@ -155,35 +112,31 @@ bool check(const std::vector<std::uint32_t>& v, int n) {
 // With --secure-aggregation, plain and masked operations alternate in blocks of this many.
 constexpr int kSecAggBlock = 25;
 
-// The links' options of one peer, from the command's flags.
-struct LinkOptions {
+// The links' options of one peer, from the command's flags: what every link shares, and each
+// transport's own.
+struct Links {
+  net::LinkOptions link;
   net::TcpOptions tcp;
   net::ShmOptions shm;
 };
 
-LinkOptions link_options(const AllreduceBenchOptions& o) {
-  LinkOptions l;
-  net::TcpOptions& topt = l.tcp;
-  topt.timeout = std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000));
-  topt.connect_timeout = topt.timeout;
-  topt.config_hash = fnv1a64(o.sizes + "/" + std::to_string(o.segment_bytes) + "/" +
-                             std::to_string(o.small_bytes) + "/" + std::to_string(o.scratch_slots) +
-                             "/" + std::to_string(o.medium_bytes) + "/" + o.transport +
-                             (o.secure_aggregation ? "/secagg" : ""));
-  topt.socket_buffer_bytes = o.socket_buffer_bytes;
-  topt.spin_us = o.spin_us;
-  topt.progress_thread = o.progress_thread;
-  topt.tls = o.tls;
-  net::ShmOptions& sopt = l.shm;
-  sopt.timeout = topt.timeout;
-  sopt.connect_timeout = topt.connect_timeout;
-  sopt.config_hash = topt.config_hash;
-  sopt.spin_us = o.spin_us;
-  sopt.progress_thread = o.progress_thread;
-  sopt.slot_bytes = o.slot_bytes;
-  sopt.slots = o.slots;
-  sopt.direct_min_bytes = o.direct_min_bytes;
-  sopt.busy_poll_us = o.busy_poll_us;
+Links link_options(const AllreduceBenchOptions& o) {
+  Links l;
+  l.link.timeout = std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000));
+  l.link.connect_timeout = l.link.timeout;
+  l.link.config_hash = fnv1a64(o.sizes + "/" + std::to_string(o.segment_bytes) + "/" +
+                               std::to_string(o.small_bytes) + "/" +
+                               std::to_string(o.scratch_slots) + "/" +
+                               std::to_string(o.medium_bytes) + "/" + o.transport +
+                               (o.secure_aggregation ? "/secagg" : ""));
+  l.link.spin_us = o.spin_us;
+  l.link.progress_thread = o.progress_thread;
+  l.tcp.socket_buffer_bytes = o.socket_buffer_bytes;
+  l.tcp.tls = o.tls;
+  l.shm.slot_bytes = o.slot_bytes;
+  l.shm.slots = o.slots;
+  l.shm.direct_min_bytes = o.direct_min_bytes;
+  l.shm.busy_poll_us = o.busy_poll_us;
   return l;
 }
 
@@ -201,10 +154,11 @@ class PeerBench {
         if (std::find(peers.begin(), peers.end(), p) == peers.end()) peers.push_back(p);
       }
     }
-    transport_ = make_transport(hosts, rank, peers, mode_of(o), links_.tcp, links_.shm);
+    transport_ =
+        make_transport(hosts, rank, peers, mode_of(o), links_.link, links_.tcp, links_.shm);
     comm_.emplace(*transport_, copt_);
     if (o.hierarchical) hierarchy_.emplace(*comm_, host_ids(hosts));
-    if (o.secure_aggregation) masker_.emplace(train::agree_masks(*comm_, links_.tcp.config_hash));
+    if (o.secure_aggregation) masker_.emplace(train::agree_masks(*comm_, links_.link.config_hash));
   }
 
   // The rows of one size: the plain (or TLS, or hierarchical) all-reduce's, then the masked
@@ -297,7 +251,7 @@ class PeerBench {
 
   const AllreduceBenchOptions& o_;
   const int rank_, n_;
-  const LinkOptions links_;
+  const Links links_;
   const collective::Options copt_;
   // Declared in the order they depend on each other: each is destroyed before what it uses.
   std::unique_ptr<net::Transport> transport_;
@@ -395,61 +349,10 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o, Variant vari
   return bench::parse_allreduce_rows(text.str(), rows_path);
 }
 
-// The sizes, once every flag has been checked; --tls sets the transport to tcp.
-std::vector<long long> checked_sizes(AllreduceBenchOptions& o) {
-  // TLS is a TCP layer: its rows and their plain partners both run over TCP, and shared memory,
-  // which never leaves the host, has none to measure.
-  if (o.tls && mode_of(o) == TransportMode::shm) {
-    fail(Code::invalid_argument, "--tls: TLS runs over TCP; --transport shm has none (use auto or tcp)");
-  }
-  if (o.tls) o.transport = "tcp";
-  if (o.hierarchical && o.tls) fail(Code::invalid_argument, "--hierarchical: not with --tls");
-  // Secure aggregation is timed beside the flat plain all-reduce, as training runs it (which
-  // takes neither the hierarchical all-reduce nor buckets with it); TLS is its own comparison.
-  if (o.secure_aggregation && o.hierarchical) {
-    fail(Code::invalid_argument, "--secure-aggregation: not with --hierarchical (training masks "
-                                 "over the flat all-reduce only)");
-  }
-  if (o.secure_aggregation && o.tls) {
-    fail(Code::invalid_argument, "--secure-aggregation: not with --tls (compare one at a time)");
-  }
-  // Before --emulated-hosts, whose range is given by --peers. One peer moves nothing: its
-  // "all-reduce" takes no time and its bandwidth would be made up.
-  if (o.hosts.empty() && (o.peers < 2 || o.peers > 1024)) {
-    fail(Code::invalid_argument,
-         "--peers: must be in [2, 1024] (local processes), got " + std::to_string(o.peers));
-  }
-  if (o.hosts.empty() && (o.emulated_hosts < 1 || o.emulated_hosts > std::min(o.peers, 254))) {
-    fail(Code::invalid_argument, "--emulated-hosts: must be in [1, min(--peers, 254)], got " +
-                                     std::to_string(o.emulated_hosts));
-  }
-  const auto sizes = parse_size_list(o.sizes, "--sizes");
-  for (long long s : sizes) {
-    if (s % 4 != 0) fail(Code::invalid_argument, "--sizes: " + std::to_string(s) +
-                                                     " bytes is not a whole number of floats");
-  }
-  if (o.warmup < 0 || o.repeats < 1 || o.rounds < 1) {
-    fail(Code::invalid_argument, "--warmup must be >= 0, --repeats and --rounds >= 1");
-  }
-  // Converted to milliseconds in a std::chrono duration; local peers are processes.
-  if (!(o.timeout_s > 0 && o.timeout_s <= 1e6)) {
-    fail(Code::invalid_argument, "--timeout-s: must be in (0, 1000000], got " +
-                                     std::to_string(o.timeout_s));
-  }
-  mode_of(o);
-  return sizes;
-}
-
 std::vector<std::string> parse_baselines(const std::string& text) {
   std::vector<std::string> baselines;
-  if (text.empty()) return baselines;
   std::stringstream ss(text);
-  for (std::string b; std::getline(ss, b, ',');) {
-    if (b != "gloo" && b != "mpi") {
-      fail(Code::invalid_argument, "--baseline: expected gloo, mpi or gloo,mpi; got \"" + b + "\"");
-    }
-    baselines.push_back(b);
-  }
+  for (std::string b; std::getline(ss, b, ',');) baselines.push_back(b);
   return baselines;
 }
 
@@ -489,8 +392,11 @@ void run_rounds(const AllreduceBenchOptions& o, bench_report::Runs& runs) {
 }
 
 void run_allreduce_bench(AllreduceBenchOptions o) {
+  check(o);
+  // TLS's rows and their plain partners both run over TCP.
+  if (o.tls) o.transport = "tcp";
   bench_report::Runs runs;
-  runs.sizes = checked_sizes(o);
+  runs.sizes = parse_size_list(o.sizes, "--sizes");
   if (!o.hosts.empty()) return run_peer(o, runs.sizes);
   runs.peers = o.peers;
   runs.baselines = parse_baselines(o.baseline);
@@ -519,67 +425,7 @@ void add_bench_allreduce(CLI::App& bench) {
   auto o = std::make_shared<AllreduceBenchOptions>();
   auto* c = bench.add_subcommand("allreduce",
                                  "all-reduce time and bandwidth over TCP or shared memory");
-  c->add_option("--peers", o->peers, "peers on 127.0.0.1")->capture_default_str();
-  c->add_option("--sizes", o->sizes, "buffer sizes in bytes (K = KiB, M = MiB)")
-      ->capture_default_str();
-  c->add_option("--warmup", o->warmup, "untimed operations per size (fewer above 4 MiB)")
-      ->capture_default_str();
-  c->add_option("--repeats", o->repeats, "timed operations per size (fewer above 4 MiB)")
-      ->capture_default_str();
-  c->add_option("--baseline", o->baseline, "gloo, mpi or gloo,mpi: run them in this command too");
-  c->add_flag("--json", o->json, "one JSON object per row, then one per ratio");
-  c->add_option("--rounds", o->rounds,
-                "rounds of every backend, one after another (rows: median; ratios: median of "
-                "the per-round ratios)")->capture_default_str();
-  c->add_option("--segment-bytes", o->segment_bytes, "ring segment size")->capture_default_str();
-  c->add_option("--small-bytes", o->small_bytes,
-                "largest size for recursive doubling (power-of-two peers; 0: ring only)")
-      ->capture_default_str();
-  c->add_option("--scratch-slots", o->scratch_slots, "reduce-scatter receive buffers in flight")
-      ->capture_default_str();
-  c->add_option("--medium-bytes", o->medium_bytes,
-                "largest size for halving-doubling (power-of-two peers; 0: never)")
-      ->capture_default_str();
-  c->add_option("--socket-buffer-bytes", o->socket_buffer_bytes,
-                "SO_SNDBUF/SO_RCVBUF (0: kernel autotuning)")->capture_default_str();
-  c->add_option("--spin-us", o->spin_us, "how long a wait yields before sleeping")
-      ->capture_default_str();
-  c->add_option("--timeout-s", o->timeout_s, "timeout of every wait")->capture_default_str();
-  c->add_flag("--pin", o->pin, "pin peer r to CPU r mod the CPU count (the baselines' ranks too)");
-  c->add_flag("--progress-thread", o->progress_thread,
-              "run each peer's I/O on a thread of its own (default: on the waiting thread)");
-  c->add_flag("--tls", o->tls,
-              "with --peers: also run over TLS (a throwaway CA made for this command) and report "
-              "its time over plain TCP's; with --hosts: use TLS with the hosts file's certificates");
-  c->add_flag("--hierarchical", o->hierarchical,
-              "with --peers: also run the hierarchical all-reduce (within each host, then across "
-              "hosts) and report its time over the flat one's; with --hosts: run it alone");
-  c->add_flag("--secure-aggregation", o->secure_aggregation,
-              "also time the masked secure-aggregation exchange (pairwise ChaCha20 masks, then "
-              "the exact uint32 all-reduce) of each size, alternating with the plain all-reduce, "
-              "and report its time over the plain one's");
-  c->add_option("--emulated-hosts", o->emulated_hosts,
-                "with --peers: spread the peers over this many hosts, 127.0.0.1 up, contiguous "
-                "ranks per host (shared memory within one under --transport auto, TCP across)")
-      ->capture_default_str();
-  c->add_option("--transport", o->transport,
-                "auto (shared memory between peers of one host, else TCP), tcp or shm")
-      ->capture_default_str();
-  c->add_option("--slot-bytes", o->slot_bytes, "shared memory: ring slot size (64-byte header)")
-      ->capture_default_str();
-  c->add_option("--slots", o->slots, "shared memory: slots per ring (one ring each way per pair)")
-      ->capture_default_str();
-  c->add_option("--direct-min-bytes", o->direct_min_bytes,
-                "shared memory: messages this large are read from the sender's memory "
-                "(process_vm_readv); 0: all through the ring")
-      ->capture_default_str();
-  c->add_option("--busy-poll-us", o->busy_poll_us,
-                "shared memory: how long a wait polls without yielding while its peer runs "
-                "(0: always yield)")
-      ->capture_default_str();
-  c->add_option("--hosts", o->hosts, "hosts file: run as one peer of it");
-  c->add_option("--rank", o->rank, "this peer's rank (default: from the launcher's environment)");
-  c->add_option("--rows-out", o->rows_out, "file for rank 0's rows (default: stdout)");
+  add_allreduce_flags(*c, *o);
   c->callback([o] { run_allreduce_bench(*o); });
 }
 

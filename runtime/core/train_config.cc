@@ -10,6 +10,7 @@
 
 #include "runtime/core/bounds.h"
 #include "runtime/core/hash.h"
+#include "runtime/core/range.h"
 
 namespace dpg {
 
@@ -45,18 +46,11 @@ std::string to_string(PrivacyTarget t) {
 
 namespace {
 
-constexpr double inf = std::numeric_limits<double>::infinity();
 constexpr double kMaxScheduleAt = 1e12;  // epochs or steps of a topology schedule entry
 
 [[noreturn]] void bad(const std::string& what) { fail(Code::invalid_argument, what); }
 
-// The shortest text that reads back as the same double: 1, 0.995, 1e-05.
-std::string num(double v) {
-  if (v == std::trunc(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
+std::string num(double v) { return number_text(v); }
 
 // A whole string as a double, or nothing.
 bool read_double(const std::string& s, double& v) {
@@ -235,29 +229,7 @@ template <class T> std::string text_of(const T& v) {
 
 // ---- Validation rules --------------------------------------------------------------------
 
-// A numeric range, each end closed or open. Of a list (hidden), every element.
-struct Range {
-  double lo = -inf, hi = inf;
-  bool lo_open = false, hi_open = false;
-
-  bool contains(double v) const {  // never an infinity or a NaN, whatever the ends
-    return std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  }
-  std::string rule() const {
-    if (hi == inf) {
-      if (lo == 0) return lo_open ? "must be positive and finite" : "must be non-negative and finite";
-      return (lo_open ? "must be greater than " : "must be at least ") + num(lo) + " and finite";
-    }
-    return std::string("must be in ") + (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) +
-           (hi_open ? ")" : "]");
-  }
-};
-Range at_least(double lo) { return {lo, inf}; }
-Range positive() { return {0, inf, true}; }
-Range between(double lo, double hi) { return {lo, hi}; }                 // [lo, hi]
-Range positive_up_to(double hi) { return {0, hi, true, false}; }          // (0, hi]
-Range below_one() { return {0, 1, false, true}; }                        // [0, 1)
-Range probability() { return {0, 1, true, true}; }                       // (0, 1)
+// A numeric range (runtime/core/range.h). Of a list (hidden), every element.
 struct NonEmpty {};  // a string that must not be ""
 struct Any {};       // no rule (enums: the parse is the rule)
 

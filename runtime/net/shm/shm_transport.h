@@ -14,14 +14,14 @@
 #include <vector>
 
 #include "runtime/net/hosts.h"
+#include "runtime/net/link_options.h"
 #include "runtime/net/transport.h"
 
 namespace dpg::net {
 
-struct ShmOptions {
-  std::chrono::milliseconds timeout{30000};          // every wait, from its posting (x2 at most)
-  std::chrono::milliseconds connect_timeout{30000};  // the whole set-up
-  uint64_t config_hash = 0;  // peers with different hashes refuse each other
+// The common part (timeout, connect_timeout, config_hash, spin_us: how long a wait polls the
+// rings and yields before it sleeps, progress_thread) in LinkOptions; shared memory's own below.
+struct ShmOptions : LinkOptions {
   // Ring geometry, fixed at start and the same on every peer (checked in the handshake). A slot
   // holds a 64-byte header and slot_bytes - 64 payload bytes; a message takes whole slots. The
   // ring bounds what a sender can have written ahead of its receiver: slots * slot_bytes per
@@ -34,16 +34,12 @@ struct ShmOptions {
   // (the kernel may forbid it: Yama's ptrace_scope, seccomp). docs/BENCHMARKS.md has the
   // measurements behind the default.
   std::size_t direct_min_bytes = 0;
-  int spin_us = 50;  // how long a wait polls the rings and yields before it sleeps
-  // Within that, how long a poll goes on without yielding the core while the awaited peer is
+  // Within spin_us, how long a poll goes on without yielding the core while the awaited peer is
   // seen running (its heartbeat, stamped on each of its passes over the rings, is younger than
   // this): a message from a peer on another core lands within a microsecond or two, while a
   // yield on a busy machine can hand the core away for milliseconds. A peer not seen running
   // may be waiting for this very core, so then the wait yields at once. 0: always yield.
   int busy_poll_us = 20;
-  // As for TCP: false, the waiting thread moves the data; true, a thread of the transport does,
-  // so messages flow while the caller computes, and several threads may use the transport.
-  bool progress_thread = false;
 };
 
 class ShmTransport final : public Transport {

@@ -15,19 +15,15 @@
 #include <vector>
 
 #include "runtime/net/hosts.h"
+#include "runtime/net/link_options.h"
 #include "runtime/net/transport.h"
 
 namespace dpg::net {
 
-struct TcpOptions {
-  std::chrono::milliseconds timeout{30000};  // every wait, from when the op was posted (x2 at most)
-  std::chrono::milliseconds connect_timeout{30000};  // the whole connection set-up
-  uint64_t config_hash = 0;         // peers with different hashes refuse to connect
+// The common part (timeout, connect_timeout, config_hash, spin_us, progress_thread: an I/O thread
+// of the transport) in LinkOptions; TCP's own below.
+struct TcpOptions : LinkOptions {
   int socket_buffer_bytes = 0;      // SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning
-  int spin_us = 50;                 // how long a wait polls and yields before it sleeps
-  // false: the waiting thread runs the I/O itself (lowest latency; nothing moves while no one
-  // waits). true: an I/O thread runs it, so messages flow while the caller computes.
-  bool progress_thread = false;
   // How long one connection may take over its handshake before it is dropped (a peer that
   // connects and says nothing must not hold the set-up). 0: a quarter of connect_timeout,
   // between 200 ms and 10 s; a genuine peer needs a few round trips.
