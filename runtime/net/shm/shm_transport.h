@@ -44,6 +44,8 @@ struct ShmOptions {
   // As for TCP: false, the waiting thread moves the data; true, a thread of the transport does,
   // so messages flow while the caller computes, and several threads may use the transport.
   bool progress_thread = false;
+  // Per peer, what may be copied out of the ring ahead of its receive (transport.h).
+  EarlyLimits early;
 };
 
 class ShmTransport final : public Transport {
