@@ -14,7 +14,6 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/net/early_queue.h"
 #include "runtime/net/op_table.h"
 #include "runtime/net/shm/shm_ring.h"
 #include "runtime/net/shm/shm_transport.h"
@@ -43,7 +42,7 @@ struct Mapping {
   ~Mapping();
 };
 
-struct ShmPair : EarlyIn {
+struct ShmPair {
   int peer = -1;
   pid_t pid = 0;       // the peer's process (SO_PEERCRED), for direct reads and its state
   Fd sock;             // the Unix socket: its end of file says the peer is gone
@@ -63,7 +62,6 @@ struct ShmPair : EarlyIn {
   uint32_t target = kNone;
   std::byte* dst = nullptr;
   std::size_t left = 0;
-  // (EarlyIn: messages that came before their receive, copied out of the ring within the bound.)
   bool bye_received = false;
   bool gone = false;  // its socket ended: the process exited or closed the transport
   uint32_t abort_seen = 0;
@@ -109,12 +107,7 @@ struct ShmTransport::Impl {
   bool push_sends(ShmPair& p);
   bool pull(ShmPair& p);
   bool pull_message(ShmPair& p, const shm::SlotHeader& h);
-  bool pull_early(ShmPair& p, const shm::SlotHeader& h);
-  void read_direct(ShmPair& p, const shm::SlotHeader& h, std::byte* data, std::size_t size);
-  // A receive just posted: taken from the early queue when its message is there.
-  bool take_early(ShmPair& p, uint32_t index);
-  // The early message being copied in is whole: a receive posted meanwhile takes it.
-  void early_done(ShmPair& p);
+  void read_direct(ShmPair& p, const shm::SlotHeader& h, OpSlot& r);
   void finish_sends_to_gone(ShmPair& p);
   void wake(ShmPair& p);
   void beat();
