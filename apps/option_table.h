@@ -75,17 +75,12 @@ OptionRow<O> option(T O::*m, std::string flag, std::string help, Rule rule = {})
       if (rule.contains(static_cast<double>(v))) return std::nullopt;
       return Refusal{rule.rule(std::integral<T>), number_text(static_cast<double>(v))};
     } else if constexpr (std::same_as<Rule, OneOf>) {
-      std::string listed;
-      std::size_t count = 0;
+      std::vector<std::string> listed;  // the names, less the empty one (a flag left out)
       for (const auto& n : rule.names) {
         if (n == v) return std::nullopt;
-        if (!n.empty()) ++count;
+        if (!n.empty()) listed.push_back(n);
       }
-      for (const auto& n : rule.names) {
-        if (n.empty()) continue;
-        listed += (listed.empty() ? "" : --count == 0 ? " or " : ", ") + n;
-      }
-      return Refusal{"expected " + listed, "\"" + shorten(v) + "\""};
+      return Refusal{"expected " + or_list(listed), "\"" + shorten(v) + "\""};
     } else if constexpr (std::invocable<const Rule&, const T&, const std::string&>) {
       rule(v, flag);
       return std::nullopt;

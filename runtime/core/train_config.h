@@ -92,17 +92,21 @@ std::string to_string(TransportMode m);
 std::string to_string(EvalSplit s);
 std::string to_string(PrivacyTarget t);
 
-// "relu or tanh", "single, allreduce, ... or ad-psgd".
-template <class E> std::string enum_choices() {
+// "a", "a or b", "a, b or c": the items of a list of choices, for messages.
+template <class Items> std::string or_list(const Items& items) {
   std::string out;
-  const auto& n = EnumNames<E>::names;
-  const std::size_t count = std::size(n);
-  for (std::size_t i = 0; i < count; ++i) {
+  const std::size_t count = std::size(items);
+  std::size_t i = 0;
+  for (const auto& item : items) {
     out += (i == 0 ? "" : i + 1 == count ? " or " : ", ");
-    out += n[i];
+    out += item;
+    ++i;
   }
   return out;
 }
+
+// "relu or tanh", "single, allreduce, ... or ad-psgd".
+template <class E> std::string enum_choices() { return or_list(EnumNames<E>::names); }
 
 // The enum named `s`; throws invalid_argument "expected relu or tanh, got "x"" (the caller adds
 // the field's name).

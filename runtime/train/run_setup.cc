@@ -23,11 +23,7 @@ std::string algos_with(bool AlgoInfo::*allowed) {
     const Algo algo = static_cast<Algo>(a);
     if (algo_info(algo).*allowed) names.push_back(to_string(algo));
   }
-  std::string out;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  }
-  return out;
+  return or_list(names);
 }
 
 // What the algorithm's line allows.
