@@ -153,6 +153,10 @@ std::string OpTable::expired(const OpSlot& s) const {
   const auto waited = Clock::now() - s.posted;
   std::string message = "rank " + std::to_string(rank_) + ": " + describe(s) + " timed out after " +
                         seconds_text(waited);
+  if (held_ && s.kind == OpKind::recv) {
+    const std::string held = held_(s.peer);
+    if (!held.empty()) return message + ": " + held;
+  }
   if (!liveness_) return message;
   const std::string peer = "peer " + std::to_string(s.peer);
   const PeerState p = liveness_(s.peer);

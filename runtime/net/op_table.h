@@ -89,6 +89,13 @@ class OpTable {
   // in any case. Set before the first wait.
   using Liveness = std::function<PeerState(int peer)>;
   void watch(Liveness liveness, std::chrono::steady_clock::duration silence);
+  // What holds back a peer's messages: its next message waits for a receive not posted here,
+  // past the early queue's bound (held_back(), early_queue.h), or "". A wait on that peer past
+  // its deadline then fails at once saying so, whatever the liveness: the peer cannot send what
+  // is waited on before the held message. Set before the first wait; called without locks of
+  // the transport's held (only a leaf mutex of its own may be taken).
+  using Held = std::function<std::string(int peer)>;
+  void watch_held(Held held) { held_ = std::move(held); }
 
   // Stores the first failure (later ones are dropped) and wakes every waiter.
   void poison(Code code, const std::string& message);
@@ -122,6 +129,7 @@ class OpTable {
   std::chrono::milliseconds timeout_;
   int spin_us_;
   Liveness liveness_;
+  Held held_;
   std::chrono::steady_clock::duration silence_{};
   std::mutex alloc_mu_;
   std::vector<uint32_t> free_;

@@ -16,8 +16,9 @@ inline constexpr uint32_t kOpAllreduce = 1;  // collectives (runtime/collective/
 inline constexpr uint32_t kOpBroadcast = 2;
 inline constexpr uint32_t kOpAllgather = 3;
 inline constexpr uint32_t kOpGossip = 4;     // a model to a neighbour (collective/neighbour.h)
-inline constexpr uint32_t kOpPsPush = 5;     // a worker's gradient shard to a server (train/ps.h)
-inline constexpr uint32_t kOpPsPull = 6;     // a server's updated shard back to a worker
+inline constexpr uint32_t kOpPsPush = 5;     // a worker's gradient shard to a server (train/ps.h);
+                                             // ps-async's message service, both ways
+inline constexpr uint32_t kOpPsPull = 6;     // a server's updated shard back to a worker (ps-sync)
 inline constexpr uint32_t kOpAdPsgd = 7;     // an ad-psgd request or reply (train/algo_ad_psgd.cc)
 // A device buffer to a peer (collective/device_collectives.h's HostMemoryCollectives::exchange).
 inline constexpr uint32_t kOpDeviceExchange = 8;

@@ -14,7 +14,8 @@
 namespace dpg::net {
 
 // Names one message between two peers. Messages from one peer are matched to posted receives by
-// tag; a tag must be unique among the operations in flight between the same two peers.
+// tag, whatever the order they arrive in; a tag must be unique among the operations in flight
+// between the same two peers.
 struct Tag {
   uint32_t op = 0;     // which operation (all-reduce, broadcast, gossip, ...)
   uint64_t round = 0;  // which call of that operation (a per-communicator counter)
@@ -23,6 +24,15 @@ struct Tag {
 };
 
 std::string to_string(const Tag& tag);  // "op 1 round 17 chunk 4"
+
+// How much a transport holds, per peer, of messages that arrived before their receive was posted
+// (copied out, so that the connection keeps being read). docs/LIMITS.md.
+inline constexpr std::size_t kEarlyBytesPerPeer = std::size_t{1} << 20;
+inline constexpr std::size_t kEarlyMessagesPerPeer = 64;
+struct EarlyLimits {
+  std::size_t bytes = kEarlyBytesPerPeer;
+  std::size_t messages = kEarlyMessagesPerPeer;
+};
 
 // One posted send or receive. Valid until waited on, exactly once.
 struct Handle {
@@ -38,10 +48,17 @@ class Transport {
 
   // Starts sending `data` to `peer`. The bytes must stay alive and unchanged until wait() returns.
   virtual Handle send(int peer, Tag tag, std::span<const std::byte> data) = 0;
-  // Starts receiving exactly data.size() bytes from `peer` under `tag` straight into `data`.
-  // A message of another length is an error. Messages from one peer are read in the order it
-  // sent them, and one whose receive is not posted yet holds back the later ones: post the
-  // receive of every message a peer sends before waiting on one it sends after it.
+  // Starts receiving exactly data.size() bytes from `peer` under `tag` into `data`: the message
+  // from that peer with that tag, whatever the order it was sent or arrives in. A message of
+  // another length is an error (data_loss, naming the peer, the tag and both sizes). A message
+  // whose receive is already posted goes straight into its buffer (no copy); one that arrives
+  // before its receive is copied into the peer's early queue (EarlyLimits, per peer: bytes and
+  // count) and the connection goes on being read, so later messages from that peer are not
+  // held up. A message that would pass the bound is not copied: it waits for its receive and
+  // holds back every later message from that peer (back-pressure, never more memory); a wait
+  // that then times out on that peer names it, the held message's tag and the tags queued. So a
+  // peer that sends more than the bound ahead of its receiver must still have the receiver post
+  // the receive of a held message before it waits on a later one.
   virtual Handle recv(int peer, Tag tag, std::span<std::byte> data) = 0;
   // Blocks until the operation completes. Throws dpg::Error (deadline_exceeded, unavailable,
   // data_loss, ...) naming this rank, the peer, the tag and the elapsed time when it fails or when

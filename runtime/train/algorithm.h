@@ -10,8 +10,8 @@
 //   account (the privacy plan's accountant, once per step)
 //
 // and around the loop: release() at every evaluation (the model that is reported), finish() after
-// the last step, and at the step boundaries where the peers agree to stop or checkpoint,
-// quiesce(), save() and restore() (docs/RELIABILITY.md). An algorithm sees only privatised
+// the last step, and at the step boundaries where the peers agree to stop or checkpoint, save()
+// and restore() (docs/RELIABILITY.md). An algorithm sees only privatised
 // gradients (dp::PrivateGradient) and models updated from them, so nothing it sends can depend on
 // an un-noised gradient.
 //
@@ -117,16 +117,13 @@ class Algorithm {
   // when the run stops early at a step boundary (after that boundary's checkpoint).
   virtual void finish(std::span<float> /*params*/) {}
 
-  // At a step boundary t (steps 0..t-1 taken everywhere, step t not begun), before the
-  // trainer's collectives there. An algorithm whose messages may still be in flight between
-  // steps (ps-async's replies, ad-psgd's answers) waits for them here, so that none queues
-  // behind a collective message (the transport takes each peer's messages in order) and the
-  // state save() sees is that of the boundary. Every peer calls it at the same t.
-  virtual void quiesce(long long /*t*/) {}
   // What the algorithm holds beyond the trainer's model, optimiser and generators (a server's
   // shard and optimiser, counters, its own generator), into meta["algo"] and sections named
-  // "algo/...", at boundary t after quiesce(t). Everything the next steps depend on must be
-  // here: a run restored from it takes the same steps as one that went on.
+  // "algo/...", at boundary t (steps 0..t-1 taken everywhere, step t not begun; every peer at the
+  // same t). Everything the next steps depend on must be here: a run restored from it takes the
+  // same steps as one that went on. An algorithm whose messages may still be in flight between
+  // steps (ps-async's replies, ad-psgd's answers) first waits for them (its service's drain), so
+  // that the state saved is that of the boundary.
   virtual void save(long long /*t*/, Checkpoint& /*out*/) {}
   // Reads save()'s state back into a new algorithm that has taken no step, before step t.
   // Errors (data_loss) name the checkpoint file and section.
@@ -176,7 +173,7 @@ struct AlgoInfo {
   bool uses_graph;
   // The peers run steps apart and exchange messages whenever they come (ps-async, ad-psgd):
   // the order of the float operations depends on timing, so a repeated step is not the same
-  // release, and quiesce() has work to do (the stop checks are spaced out).
+  // release, and the stop checks are spaced out (each is a meeting of every peer).
   bool asynchronous;
   // What it allows, checked once by check_run (run_setup.h): secure aggregation's masked sum
   // (the masks cancel only in a sum over every peer); peers that start from different models

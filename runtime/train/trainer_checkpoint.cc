@@ -1,9 +1,9 @@
 // The Trainer's checkpoints, resume and stop checks (docs/RELIABILITY.md).
 //
 // Boundaries. Before step t, at every multiple of stop_check_every and of checkpoint_every, and
-// at each epoch's first step, every peer (a) lets the algorithm settle its own messages (Algorithm::quiesce), (b) sums
-// everyone's stop flag in a one-value all-reduce, so that all peers stop at the same step
-// however many of them were signalled, and (c) when stopping or at a checkpoint step, writes its
+// at each epoch's first step, every peer (a) sums everyone's stop flag in a one-value all-reduce,
+// so that all peers stop at the same step however many of them were signalled, and (b) when
+// stopping or at a checkpoint step, writes its
 // checkpoint and meets the others at a barrier, so that no peer's step t can touch the state
 // another peer is saving (an asynchronous algorithm's server or responder would).
 //
@@ -164,7 +164,6 @@ bool Trainer::at_boundary(RunState& s, const Progress& p, bool epoch_start) {
   const bool checkpoint_due = checkpoints_ && every > 0 && t % every == 0 && t != start_step_;
   const bool check_due = epoch_start || (stop_check_every_ > 0 && t % stop_check_every_ == 0);
   if (!checkpoint_due && !check_due) return false;
-  if (in_.comm) s.algorithm->quiesce(t);
   bool stop = in_.hooks.stop != nullptr && in_.hooks.stop->load(std::memory_order_relaxed);
   if (in_.comm) {
     double flags = stop ? 1.0 : 0.0;

@@ -30,6 +30,7 @@ class InprocTransport final : public Transport {
     refusing(*this, [&] { check_peer(peer); });
     Handle h = ops_.post(OpKind::recv, peer, tag, data.data(), data.size());
     std::lock_guard lock(fabric_.mu_);
+    if (fabric_.take_early(peer, rank_, h.slot)) return h;
     fabric_.recvs_[rank_ * world() + peer].push_back({this, h.slot});
     fabric_.match(peer, rank_);
     return h;
@@ -52,11 +53,45 @@ class InprocTransport final : public Transport {
   OpTable ops_;
 };
 
-InprocFabric::InprocFabric(int world, std::chrono::milliseconds timeout)
-    : world_(world), sends_(world * world), recvs_(world * world) {
+InprocFabric::InprocFabric(int world, std::chrono::milliseconds timeout, EarlyLimits early)
+    : world_(world),
+      sends_(world * world),
+      recvs_(world * world),
+      held_(world * world) {
+  early_.reserve(world * world);
+  for (int i = 0; i < world * world; ++i) early_.emplace_back(early);
   for (int r = 0; r < world; ++r) {
     peers_.push_back(std::make_unique<InprocTransport>(*this, r, timeout));
+    peers_.back()->ops().watch_held([this, r](int peer) { return held(peer, r); });
   }
+}
+
+std::string InprocFabric::held(int src, int dst) {
+  if (src < 0 || src >= world_) return {};
+  std::lock_guard lock(held_mu_);
+  return held_[dst * world_ + src];
+}
+
+bool InprocFabric::take_early(int src, int dst, uint32_t slot) {
+  EarlyQueue& early = early_[dst * world_ + src];
+  if (early.empty()) return false;
+  OpTable& rops = peers_[dst]->ops();
+  OpSlot& r = rops.slot(slot);
+  const auto it = early.find(r.tag);
+  if (it == early.end()) return false;
+  std::string why;
+  {
+    auto held = rops.hold();
+    if (rops.poisoned()) return true;  // failed: nothing more moves into its buffers
+    why = early.deliver(it, src, r.data, r.size);
+    if (why.empty()) rops.complete_held(slot);
+  }
+  if (!why.empty()) {
+    rops.poison(Code::data_loss, "rank " + std::to_string(dst) + ": " + why);
+    return true;
+  }
+  match(src, dst);  // the queue has room again for a message held back
+  return true;
 }
 
 InprocFabric::~InprocFabric() = default;
@@ -70,9 +105,26 @@ void InprocFabric::match(int src, int dst) {
     OpSlot& s = sends.front().owner->ops().slot(sends.front().slot);
     auto it = recvs.begin();
     while (it != recvs.end() && !(it->owner->ops().slot(it->slot).tag == s.tag)) ++it;
-    if (it == recvs.end()) return;  // the head waits for its receive, as on a TCP stream
-    OpTable& rops = it->owner->ops();
     OpTable& sops = sends.front().owner->ops();
+    if (it == recvs.end()) {
+      // No receive yet: into the early queue, as a stream's reader copies it out; past its bound
+      // the head waits for its receive and holds back the later ones, as on a TCP stream.
+      EarlyQueue& early = early_[dst * world_ + src];
+      if (!early.fits(s.size)) {
+        std::lock_guard lock(held_mu_);
+        held_[dst * world_ + src] = held_back(src, s.tag, s.size, early);
+        return;
+      }
+      auto held = sops.hold();
+      if (sops.poisoned()) return;  // its buffer may be gone
+      const auto e = early.add(s.tag, s.size);
+      if (s.size > 0) std::memcpy(e->bytes.get(), s.data, s.size);
+      e->complete = true;
+      sops.complete_held(sends.front().slot);
+      sends.pop_front();
+      continue;
+    }
+    OpTable& rops = it->owner->ops();
     OpSlot& r = rops.slot(it->slot);
     if (r.size != s.size) {
       rops.poison(Code::data_loss, "rank " + std::to_string(dst) + ": peer " +
@@ -100,6 +152,8 @@ void InprocFabric::match(int src, int dst) {
     recvs.erase(it);
     sends.pop_front();
   }
+  std::lock_guard lock(held_mu_);
+  held_[dst * world_ + src].clear();
 }
 
 }  // namespace dpg::net

@@ -167,6 +167,7 @@ struct Setup {
 
   ShmPair& adopt(int peer, Fd sock, pid_t pid, Fd doorbell, Mapping map, int side, bool direct) {
     auto p = std::make_unique<ShmPair>();
+    p->early = EarlyQueue(t.options.early);
     p->peer = peer;
     p->pid = pid;
     p->sock = std::move(sock);

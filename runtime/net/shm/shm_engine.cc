@@ -105,11 +105,12 @@ bool ShmTransport::Impl::push_sends(ShmPair& p) {
   return did;
 }
 
-void ShmTransport::Impl::read_direct(ShmPair& p, const SlotHeader& h, OpSlot& r) {
+void ShmTransport::Impl::read_direct(ShmPair& p, const SlotHeader& h, std::byte* data,
+                                     std::size_t size) {
   std::size_t done = 0;
-  while (done < r.size) {
-    iovec local{r.data + done, r.size - done};
-    iovec remote{reinterpret_cast<void*>(h.address + done), r.size - done};
+  while (done < size) {
+    iovec local{data + done, size - done};
+    iovec remote{reinterpret_cast<void*>(h.address + done), size - done};
     const ssize_t got = ::process_vm_readv(p.pid, &local, 1, &remote, 1, 0);
     if (got > 0) {
       done += static_cast<std::size_t>(got);
@@ -119,7 +120,8 @@ void ShmTransport::Impl::read_direct(ShmPair& p, const SlotHeader& h, OpSlot& r)
     const int e = got < 0 ? errno : EFAULT;
     ops.poison(e == ESRCH ? Code::unavailable : Code::data_loss,
                prefix() + "cannot read peer " + std::to_string(p.peer) + "'s message (" +
-                   to_string(r.tag) + ", " + std::to_string(r.size) + " bytes) from its " +
+                   to_string(Tag{h.op, h.round, h.chunk}) + ", " + std::to_string(size) +
+                   " bytes) from its " +
                    "memory: " + std::strerror(e) +
                    (e == ESRCH ? "; that process has ended" : ""));
     return;
@@ -135,10 +137,15 @@ bool ShmTransport::Impl::pull_message(ShmPair& p, const SlotHeader& h) {
     it = ops.slot(it).next;
   }
   if (it == kNone) {
-    p.parked_now.store(true, std::memory_order_relaxed);
-    return false;  // holds back later messages until its receive is posted
+    if (!p.early.fits(h.length)) {
+      p.parked_now.store(true, std::memory_order_relaxed);
+      p.set_held(held_back(p.peer, tag, h.length, p.early));
+      return false;  // holds back later messages until its receive is posted
+    }
+    return pull_early(p, h);
   }
   p.parked_now.store(false, std::memory_order_relaxed);
+  if (p.held_set) p.set_held({});
   OpSlot& r = ops.slot(it);
   if (r.size != h.length) {
     ops.poison(Code::data_loss, prefix() + "peer " + std::to_string(p.peer) + " sent " +
@@ -154,7 +161,7 @@ bool ShmTransport::Impl::pull_message(ShmPair& p, const SlotHeader& h) {
   }
   if (p.recv_tail == it) p.recv_tail = prev;
   if (h.kind == static_cast<uint32_t>(SlotKind::direct)) {
-    read_direct(p, h, r);
+    read_direct(p, h, r.data, r.size);
     if (ops.poisoned()) return false;
     // A sender that failed meanwhile may have freed the buffer just read: its abort, written
     // before it gave the buffer up, is checked after the copy.
@@ -182,6 +189,74 @@ bool ShmTransport::Impl::pull_message(ShmPair& p, const SlotHeader& h) {
   return true;
 }
 
+// A message with no receive posted, within the early queue's bound: copied out of the ring.
+bool ShmTransport::Impl::pull_early(ShmPair& p, const SlotHeader& h) {
+  const Tag tag{h.op, h.round, h.chunk};
+  p.parked_now.store(false, std::memory_order_relaxed);
+  if (p.held_set) p.set_held({});
+  const auto e = p.early.add(tag, h.length);
+  if (h.kind == static_cast<uint32_t>(SlotKind::direct)) {
+    read_direct(p, h, e->bytes.get(), e->size);
+    if (ops.poisoned()) return false;
+    if (p.view.theirs().abort_len.load(std::memory_order_acquire) != 0) return false;
+    p.view.in.release(1);
+    p.view.in.state().direct_done.fetch_add(1, std::memory_order_release);
+    p.early_at = e;
+    early_done(p);
+    return true;
+  }
+  const std::size_t n = std::min(p.view.in.payload_bytes(), e->size);
+  if (h.bytes != n) {
+    broken(p, "the first slot of " + to_string(tag) + " holds " + std::to_string(h.bytes) +
+                  " bytes, expected " + std::to_string(n));
+    return false;
+  }
+  if (n > 0) std::memcpy(e->bytes.get(), p.view.in.read_payload(0), n);
+  p.view.in.release(1);
+  p.early_at = e;
+  if (n == e->size) {
+    early_done(p);
+  } else {
+    p.to_early = true;
+    p.dst = e->bytes.get() + n;
+    p.left = e->size - n;
+  }
+  return true;
+}
+
+void ShmTransport::Impl::early_done(ShmPair& p) {
+  const auto e = p.early_at;
+  e->complete = true;
+  uint32_t prev = kNone, it = p.recv_head;
+  while (it != kNone && !(ops.slot(it).tag == e->tag)) {
+    prev = it;
+    it = ops.slot(it).next;
+  }
+  if (it == kNone || ops.poisoned()) return;
+  OpSlot& r = ops.slot(it);
+  (prev == kNone ? p.recv_head : ops.slot(prev).next) = r.next;
+  if (p.recv_tail == it) p.recv_tail = prev;
+  const std::string why = p.early.deliver(e, p.peer, r.data, r.size);
+  if (!why.empty()) return ops.poison(Code::data_loss, prefix() + why);
+  ops.complete(it);
+}
+
+bool ShmTransport::Impl::take_early(ShmPair& p, uint32_t index) {
+  if (p.early.empty()) return false;
+  OpSlot& r = ops.slot(index);
+  const auto e = p.early.find(r.tag);
+  if (e == p.early.end() || !e->complete) return false;
+  if (ops.poisoned()) return true;  // failed: nothing more moves into its buffers
+  const std::string why = p.early.deliver(e, p.peer, r.data, r.size);
+  if (!why.empty()) {
+    ops.poison(Code::data_loss, prefix() + why);
+  } else {
+    ops.complete(index);
+  }
+  return true;
+}
+
+
 bool ShmTransport::Impl::pull(ShmPair& p) {
   bool did = false;
   std::string why;
@@ -194,12 +269,12 @@ bool ShmTransport::Impl::pull(ShmPair& p) {
     if (*ready == 0) break;
     SlotHeader h;  // a copy: the checks below must see what is used
     std::memcpy(&h, p.view.in.read_slot(0), sizeof h);
-    if (p.target != kNone) {
-      const OpSlot& r = ops.slot(p.target);
+    if (p.target != kNone || p.to_early) {
+      const Tag& in_tag = p.to_early ? p.early_at->tag : ops.slot(p.target).tag;
       const std::size_t n = std::min(p.view.in.payload_bytes(), p.left);
-      if (h.kind != static_cast<uint32_t>(SlotKind::more) || !(Tag{h.op, h.round, h.chunk} == r.tag) ||
+      if (h.kind != static_cast<uint32_t>(SlotKind::more) || !(Tag{h.op, h.round, h.chunk} == in_tag) ||
           h.bytes != n) {
-        broken(p, "a slot of " + to_string(r.tag) + " with kind " + std::to_string(h.kind) +
+        broken(p, "a slot of " + to_string(in_tag) + " with kind " + std::to_string(h.kind) +
                       " and " + std::to_string(h.bytes) + " bytes, expected the next " +
                       std::to_string(n) + " bytes");
         break;
@@ -209,7 +284,10 @@ bool ShmTransport::Impl::pull(ShmPair& p) {
       stamp(p);
       p.dst += n;
       p.left -= n;
-      if (p.left == 0) {
+      if (p.left == 0 && p.to_early) {
+        p.to_early = false;
+        early_done(p);
+      } else if (p.left == 0) {
         ops.complete(p.target);
         p.target = kNone;
       }

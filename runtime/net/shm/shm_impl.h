@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/net/early_queue.h"
 #include "runtime/net/op_table.h"
 #include "runtime/net/shm/shm_ring.h"
 #include "runtime/net/shm/shm_transport.h"
@@ -42,7 +43,7 @@ struct Mapping {
   ~Mapping();
 };
 
-struct ShmPair {
+struct ShmPair : EarlyIn {
   int peer = -1;
   pid_t pid = 0;       // the peer's process (SO_PEERCRED), for direct reads and its state
   Fd sock;             // the Unix socket: its end of file says the peer is gone
@@ -62,6 +63,7 @@ struct ShmPair {
   uint32_t target = kNone;
   std::byte* dst = nullptr;
   std::size_t left = 0;
+  // (EarlyIn: messages that came before their receive, copied out of the ring within the bound.)
   bool bye_received = false;
   bool gone = false;  // its socket ended: the process exited or closed the transport
   uint32_t abort_seen = 0;
@@ -107,7 +109,12 @@ struct ShmTransport::Impl {
   bool push_sends(ShmPair& p);
   bool pull(ShmPair& p);
   bool pull_message(ShmPair& p, const shm::SlotHeader& h);
-  void read_direct(ShmPair& p, const shm::SlotHeader& h, OpSlot& r);
+  bool pull_early(ShmPair& p, const shm::SlotHeader& h);
+  void read_direct(ShmPair& p, const shm::SlotHeader& h, std::byte* data, std::size_t size);
+  // A receive just posted: taken from the early queue when its message is there.
+  bool take_early(ShmPair& p, uint32_t index);
+  // The early message being copied in is whole: a receive posted meanwhile takes it.
+  void early_done(ShmPair& p);
   void finish_sends_to_gone(ShmPair& p);
   void wake(ShmPair& p);
   void beat();

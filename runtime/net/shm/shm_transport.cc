@@ -88,6 +88,10 @@ ShmTransport::Impl::Impl(int r, int w, ShmOptions o)
                                            std::chrono::seconds(1));
   silence = o.timeout / 2;
   ops.watch([this](int peer) { return liveness(peer); }, silence);
+  ops.watch_held([this](int peer) -> std::string {
+    if (peer < 0 || peer >= world || !pairs[peer]) return {};
+    return pairs[peer]->held();
+  });
 }
 
 ShmPair& ShmTransport::Impl::pair_for(int peer, const char* what) {
@@ -298,7 +302,8 @@ Handle ShmTransport::recv(int peer, Tag tag, std::span<std::byte> data) {
       refusing(*this, [&]() -> ShmPair& { return impl_->pair_for(peer, "receive from"); });
   Handle h = impl_->ops.post(OpKind::recv, peer, tag, data.data(), data.size());
   std::lock_guard lock(impl_->mu);
-  impl_->ops.append(p.recv_head, p.recv_tail, h.slot);
+  if (!impl_->take_early(p, h.slot)) impl_->ops.append(p.recv_head, p.recv_tail, h.slot);
+  // Also after taking one: the queue has room again for a message held back.
   impl_->progress(p);
   return h;
 }

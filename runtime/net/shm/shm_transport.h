@@ -40,6 +40,8 @@ struct ShmOptions : LinkOptions {
   // yield on a busy machine can hand the core away for milliseconds. A peer not seen running
   // may be waiting for this very core, so then the wait yields at once. 0: always yield.
   int busy_poll_us = 20;
+  // Per peer, what may be copied out of the ring ahead of its receive (transport.h).
+  EarlyLimits early;
 };
 
 class ShmTransport final : public Transport {

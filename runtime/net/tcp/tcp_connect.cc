@@ -124,6 +124,7 @@ struct Setup {
   void adopt(std::unique_ptr<Conn> c, int peer) {
     c->peer = peer;
     c->stage = std::make_unique<std::byte[]>(Conn::kStageBytes);
+    c->early = EarlyQueue(t.options.early);
     if (c->tls) c->tls_in = std::make_unique<std::byte[]>(Conn::kTlsInBytes);
     tune_socket(c->socket, t.options);
     t.conns[peer] = std::move(c);

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/net/early_queue.h"
 #include "runtime/net/frame.h"
 #include "runtime/net/op_table.h"
 #include "runtime/net/tcp/tcp_transport.h"
@@ -29,7 +30,7 @@ namespace dpg::net {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-struct Conn {
+struct Conn : EarlyIn {
   // With a TLS context every byte goes through `tls`, a TLS stream over `socket`.
   Conn(asio::io_context& io, int p, asio::ssl::context* tls_context) : peer(p), socket(io) {
     if (tls_context != nullptr) {
@@ -75,6 +76,7 @@ struct Conn {
   uint32_t target = kNone;     // the receive it completes
   bool wait_armed = false;     // a readiness wait is pending in the reactor
   uint32_t recv_head = kNone, recv_tail = kNone;
+  // (EarlyIn: frames that came before their receive, copied out within the bound.)
   std::vector<char> abort_text;
   bool bye_received = false;
   std::atomic<bool> eof{false};
@@ -182,6 +184,8 @@ struct TcpTransport::Impl {
   void on_header(Conn& c, const FrameHeader& h);
   void malformed(Conn& c, const std::string& why);
   bool match(Conn& c);
+  // The payload of an early frame is in: a receive posted meanwhile takes it.
+  bool early_done(Conn& c);
   void lost(Conn& c, const std::string& what, const boost::system::error_code& ec);
   void send_control(FrameKind kind, const std::string& payload);
   // A failure found on the I/O side (a peer's abort, a lost connection, a bad frame): poisons the

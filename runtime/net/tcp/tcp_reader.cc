@@ -1,8 +1,9 @@
 // The reader of each connection: non-blocking reads driven by the reactor's readiness waits, or
 // straight from the waiting thread. A read at a frame boundary goes into a small stage, so that a
 // header and a small payload (and whatever follows) cost one system call; the rest of a large
-// payload goes straight into the receiver's buffer. With no receive posted for a frame, its header
-// stays parked and the connection is not read further: TCP pushes back on the sender.
+// payload goes straight into the receiver's buffer. With no receive posted for a frame, its payload
+// is copied into the connection's early queue (within its bound) and reading goes on; a frame past
+// the bound stays parked and the connection is not read further: TCP pushes back on the sender.
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -166,6 +167,11 @@ bool TcpTransport::Impl::pump(Conn& c) {
           return completed;
         }
         c.reading = Conn::Reading::header;
+        if (c.to_early) {
+          c.to_early = false;
+          completed = early_done(c) || completed;
+          continue;
+        }
         if (c.target != kNone) {
           ops.complete(c.target);
           c.target = kNone;
@@ -237,8 +243,24 @@ bool TcpTransport::Impl::match(Conn& c) {
     prev = i;
     i = ops.slot(i).next;
   }
-  c.parked_now.store(i == kNone, std::memory_order_relaxed);
-  if (i == kNone) return false;
+  c.parked_now.store(false, std::memory_order_relaxed);
+  if (i == kNone) {
+    if (!c.early.fits(h.length)) {
+      // Past the bound: parked, and the connection is not read on (back-pressure).
+      c.parked_now.store(true, std::memory_order_relaxed);
+      c.set_held(held_back(c.peer, h.tag, h.length, c.early));
+      return false;
+    }
+    c.early_at = c.early.add(h.tag, h.length);
+    c.to_early = true;
+    c.reading = Conn::Reading::payload;
+    c.dst = c.early_at->bytes.get();
+    c.left = h.length;
+    c.target = kNone;
+    if (c.held_set) c.set_held({});
+    return true;
+  }
+  if (c.held_set) c.set_held({});
   OpSlot& s = ops.slot(i);
   if (h.length != s.size) {
     c.reading = Conn::Reading::stopped;
@@ -253,6 +275,30 @@ bool TcpTransport::Impl::match(Conn& c) {
   c.dst = s.data;
   c.left = s.size;
   c.target = i;
+  return true;
+}
+
+
+bool TcpTransport::Impl::early_done(Conn& c) {
+  const auto e = c.early_at;
+  e->complete = true;
+  if (ops.poisoned()) return false;
+  uint32_t prev = kNone, i = c.recv_head;
+  while (i != kNone && !(ops.slot(i).tag == e->tag)) {
+    prev = i;
+    i = ops.slot(i).next;
+  }
+  if (i == kNone) return false;
+  OpSlot& s = ops.slot(i);
+  (prev == kNone ? c.recv_head : ops.slot(prev).next) = s.next;
+  if (c.recv_tail == i) c.recv_tail = prev;
+  const std::string why = c.early.deliver(e, c.peer, s.data, s.size);
+  if (!why.empty()) {
+    c.reading = Conn::Reading::stopped;
+    fail_io(Code::data_loss, prefix() + why);
+    return false;
+  }
+  ops.complete(i);
   return true;
 }
 

@@ -70,6 +70,10 @@ TcpTransport::Impl::Impl(int r, int w, TcpOptions o)
                                            std::chrono::seconds(1));
   silence = o.timeout / 2;
   ops.watch([this](int peer) { return liveness(peer); }, silence);
+  ops.watch_held([this](int peer) -> std::string {
+    if (peer < 0 || peer >= world || !conns[peer]) return {};
+    return conns[peer]->held();
+  });
 }
 
 // ---- liveness ----
@@ -273,6 +277,19 @@ void TcpTransport::Impl::abandon(Code code, const std::string& message) {
 
 void TcpTransport::Impl::enqueue_recv(uint32_t index) {
   Conn& c = *conns[ops.slot(index).peer];
+  if (!c.early.empty()) {
+    OpSlot& r = ops.slot(index);
+    const auto it = c.early.find(r.tag);
+    if (it != c.early.end() && it->complete) {
+      if (ops.poisoned()) return;  // failed: nothing more moves into its buffers
+      const std::string why = c.early.deliver(it, c.peer, r.data, r.size);
+      if (!why.empty()) return fail_io(Code::data_loss, prefix() + why);
+      ops.complete(index);
+      // The queue has room again for a frame held back.
+      if (c.reading == Conn::Reading::parked && match(c)) pump(c);
+      return;
+    }
+  }
   ops.append(c.recv_head, c.recv_tail, index);
   if (c.reading == Conn::Reading::parked && match(c)) pump(c);
   // After a goodbye (which pump may have just read) no receive can be met any more.

@@ -32,6 +32,8 @@ struct TcpOptions : LinkOptions {
   // each peer verifies the other's certificate against the CA. Costs throughput (encryption and
   // copies into and out of the TLS buffers; see docs/BENCHMARKS.md).
   bool tls = false;
+  // Per peer, what may be copied out of the connection ahead of its receive (transport.h).
+  EarlyLimits early;
 };
 
 class TcpTransport final : public Transport {

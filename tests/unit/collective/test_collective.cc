@@ -20,6 +20,7 @@
 #include "runtime/net/routed_transport.h"
 #include "runtime/net/subset_transport.h"
 #include "tests/unit/collective/world.h"
+#include "tests/unit/net/matching_check.h"
 #include "tests/unit/net/poison_check.h"
 
 using dpg::public_value;  // the tests' buffers are synthetic
@@ -407,4 +408,42 @@ TEST_CASE("host-memory device collectives: exchange in order per pair, to itself
     CHECK_THROWS_WITH_AS(d.exchange(bad, {}), doctest::Contains("send peer 5 in a world of 3"),
                          dpg::Error);
   });
+}
+
+namespace {
+// Runs each rank's body on its thread over an in-process fabric of two with the small early
+// queue; returns each rank's error ("" when it passed).
+std::vector<std::string> run_matching(const std::function<void(dpg::net::Transport&)>& body) {
+  dpg::net::InprocFabric fabric(2, std::chrono::milliseconds(1000), dpg::test::kSmallEarly);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(fabric.peer(r));
+      } catch (const dpg::Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+}  // namespace
+
+TEST_CASE("in process: receives match by tag, early messages are queued, B before A") {
+  auto errors = run_matching(dpg::test::out_of_order);
+  for (auto& e : errors) CHECK_MESSAGE(e == "", e);
+}
+
+TEST_CASE("in process: a message past the early queue's bound holds back the later one, named") {
+  auto ok = run_matching([](dpg::net::Transport& t) { dpg::test::held_past_bound(t, false); });
+  for (auto& e : ok) CHECK_MESSAGE(e == "", e);
+  auto errors = run_matching([](dpg::net::Transport& t) { dpg::test::held_past_bound(t, true); });
+  dpg::test::check_held(errors);
+}
+
+TEST_CASE("in process: an early message of another size than its receive is data_loss") {
+  auto errors = run_matching(dpg::test::early_size_mismatch);
+  dpg::test::check_mismatch(errors);
 }

@@ -12,6 +12,7 @@
 #include "runtime/core/error.h"
 #include "runtime/net/hosts.h"
 #include "runtime/net/tcp/tcp_transport.h"
+#include "tests/unit/net/matching_check.h"
 #include "tests/unit/net/poison_check.h"
 #include "tests/unit/tcp/tcp_test_util.h"
 
@@ -263,4 +264,35 @@ TEST_CASE("a peer that hears an abort while it computes passes it on at once") {
   CHECK(errors[2].find("peer 1 aborted: rank 1: peer 0 aborted: rank 0: stopped on an error of "
                        "its own") != std::string::npos);
   CHECK(errors[2].find("timed out") == std::string::npos);
+}
+
+TEST_CASE("TCP: receives match by tag, early messages are queued, B before A; both modes") {
+  for (bool thread : {false, true}) {
+    CAPTURE(thread);
+    TcpOptions o;
+    o.timeout = 5s;
+    o.progress_thread = thread;
+    o.early = dpg::test::kSmallEarly;
+    auto errors = run_tcp(2, o, [](TcpTransport& t) { dpg::test::out_of_order(t); });
+    for (auto& e : errors) CHECK_MESSAGE(e == "", e);
+  }
+}
+
+TEST_CASE("TCP: a message past the early queue's bound holds back the later one, named") {
+  TcpOptions o;
+  o.timeout = 5s;
+  o.early = dpg::test::kSmallEarly;
+  auto ok = run_tcp(2, o, [](TcpTransport& t) { dpg::test::held_past_bound(t, false); });
+  for (auto& e : ok) CHECK_MESSAGE(e == "", e);
+  o.timeout = 1s;
+  auto errors = run_tcp(2, o, [](TcpTransport& t) { dpg::test::held_past_bound(t, true); });
+  dpg::test::check_held(errors);
+}
+
+TEST_CASE("TCP: an early message of another size than its receive is data_loss") {
+  TcpOptions o;
+  o.timeout = 5s;
+  o.early = dpg::test::kSmallEarly;
+  auto errors = run_tcp(2, o, [](TcpTransport& t) { dpg::test::early_size_mismatch(t); });
+  dpg::test::check_mismatch(errors);
 }
