@@ -133,7 +133,18 @@ void OpTable::wait(Handle h, const Driver* drive) {
   if (!is_done() && !poisoned() && failure.empty()) {
     std::unique_lock lock(wait_mu_);
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    while (!is_done() && !poisoned() && !give_up()) wait_cv_.wait_until(lock, step_end());
+    // Past its deadline a wait asks about its peer without holding this table's lock: the
+    // in-process fabric's answer reads the peer's table.
+    for (;;) {
+      if (is_done() || poisoned()) break;
+      if (Clock::now() >= s.posted + timeout_) {
+        lock.unlock();
+        const bool up = give_up();
+        lock.lock();
+        if (up) break;
+      }
+      wait_cv_.wait_until(lock, step_end());
+    }
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   }
   if (!is_done() && !poisoned() && !failure.empty()) {
@@ -160,6 +171,7 @@ std::string OpTable::expired(const OpSlot& s) const {
   if (!liveness_) return message;
   const std::string peer = "peer " + std::to_string(s.peer);
   const PeerState p = liveness_(s.peer);
+  if (!p.failed.empty()) return message + ": " + peer + " failed: " + p.failed;
   if (p.silent_for >= silence_) {
     return message + ": " + peer + " is silent (nothing from it, not even a heartbeat, for " +
            seconds_text(p.silent_for) + "): " +

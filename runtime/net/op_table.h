@@ -81,10 +81,11 @@ class OpTable {
     std::chrono::steady_clock::duration silent_for{};
     bool waiting = false;
     std::string note;  // what else is known of a silent peer ("process 12 is stopped ..."), or ""
+    std::string failed;  // the peer's own failure, where the transport can see it (in-process)
   };
-  // With liveness set, a wait past its timeout fails at once when its peer is silent for
-  // `silence` (stopped) or is alive but not waiting on the network (hung or busy), naming it. It
-  // goes on while its peer is alive and itself blocked in a wait, since that peer's own wait will
+  // With liveness set, a wait past its timeout fails at once when its peer has failed (quoting
+  // its failure), is silent for `silence` (stopped) or is alive but not waiting on the network
+  // (hung or busy), naming it. It goes on while its peer is alive and itself blocked in a wait, since that peer's own wait will
   // time out on the peer that caused it and its abort will say so; at twice the timeout it fails
   // in any case. Set before the first wait.
   using Liveness = std::function<PeerState(int peer)>;

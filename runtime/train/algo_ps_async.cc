@@ -13,10 +13,12 @@
 // the slowest, and the slowest never waits. The staleness of an applied gradient is the version
 // at apply minus that of the reply it was computed from; the rule bounds it by max_staleness (0:
 // every gradient is fresh, as in synchronous SGD). Counting single updates would scale with N.
-// Blame. A reply is held at most half the timeout (the held worker's own wait has not expired):
-// then the server fails the service naming the slowest worker, which the held worker hears in
-// place of its reply. A hold also ends at the service's first failure (a lost link, this rank's
-// worker giving up on a server), naming its culprit, or when this rank goes down, naming itself.
+// Blame. A hold ends at the service's first failure, naming its culprit. The slowest worker's
+// responder is waiting for that worker's next push, and its wait finds the culprit (transport.h's
+// liveness): the worker itself when it is dead, silent or busy past the timeout, or, when it is
+// alive and blocked on another server, the failure its own wait then reports. The held worker's
+// wait goes on meanwhile, its server being alive and waiting. A hold that outlasts twice the
+// timeout (no verdict came) fails naming the slowest worker; going down names this rank.
 // Evaluations. A collective message over the early queue's bound (1 MiB, transport.h) that comes
 // before its receive holds back its peer's later messages: a reply behind a model's broadcast
 // would never come. So release() drains the service (every worker's steps so far answered, the
@@ -199,7 +201,7 @@ class PsAsync final : public Algorithm {
     sgd_->apply(shard_, g);
     clock_[ix(w)] = t + 1;
     cv_.notify_all();
-    const auto deadline = std::chrono::steady_clock::now() + comm_.transport().timeout() / 2;
+    const auto deadline = std::chrono::steady_clock::now() + 2 * comm_.transport().timeout();
     while (t + 1 - slowest() > config_.max_staleness) {
       // The first failure names its culprit (fail() keeps it); going down names this rank.
       if (stopping_ || service_->failed()) {

@@ -64,6 +64,19 @@ InprocFabric::InprocFabric(int world, std::chrono::milliseconds timeout, EarlyLi
     peers_.push_back(std::make_unique<InprocTransport>(*this, r, timeout));
     peers_.back()->ops().watch_held([this, r](int peer) { return held(peer, r); });
   }
+  // Every peer is a thread of this process: one that failed says why (a failure here does not
+  // reach its peers as a TCP abort would); one alive says whether it is blocked in a wait.
+  for (int r = 0; r < world; ++r) {
+    peers_[r]->ops().watch(
+        [this](int peer) {
+          OpTable::PeerState s;
+          OpTable& o = peers_.at(static_cast<std::size_t>(peer))->ops();
+          if (o.poisoned()) s.failed = o.report();
+          s.waiting = o.waiting();
+          return s;
+        },
+        timeout);
+  }
 }
 
 std::string InprocFabric::held(int src, int dst) {

@@ -137,9 +137,8 @@ TEST_CASE("ps-async: a server that fails mid-run makes the others fail naming it
   TrainConfig c = small_config("ps-async");
   c.servers = 2;
   c.lr = 0.3;
-  // Generous: a server holds a reply for half the timeout before it gives up on the slowest
-  // worker, and a worker waiting for that reply must not time out first on a loaded machine
-  // (under a sanitizer, beside other tests), or it names the server instead of peer 1.
+  // The workers blocked on server 1 are alive and waiting: the other server holds its replies
+  // and its responders' waits on them go on until their own waits fail naming peer 1.
   const auto timeout = std::chrono::milliseconds(4000);
   const auto start = std::chrono::steady_clock::now();
   const auto peers = test::run_peers(4, c, 400, {}, timeout, [](int rank, long long t) {
@@ -158,4 +157,23 @@ TEST_CASE("ps-async: a server that fails mid-run makes the others fail naming it
     CHECK(peers[static_cast<std::size_t>(r)].error.find("peer 1") != std::string::npos);
   }
   CHECK(took < 3 * std::chrono::duration<double>(timeout).count());
+}
+
+TEST_CASE("ps-async: a worker that hangs is named by the servers, whose held workers then fail") {
+  TrainConfig c = small_config("ps-async");
+  c.servers = 2;
+  c.max_staleness = 1;
+  const auto timeout = std::chrono::milliseconds(1000);
+  const auto start = std::chrono::steady_clock::now();
+  const auto peers = test::run_peers(4, c, 400, {}, timeout, [&](int rank, long long t) {
+    if (rank == 3 && t == 4) std::this_thread::sleep_for(3 * timeout);  // busy, not waiting
+  });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r : {0, 1, 2}) {
+    CAPTURE(peers[static_cast<std::size_t>(r)].error);
+    // Directly, or quoted in the failure of the server it waited on.
+    CHECK(peers[static_cast<std::size_t>(r)].error.find("peer 3 is alive but not waiting") !=
+          std::string::npos);
+  }
+  CHECK(took < 6 * std::chrono::duration<double>(timeout).count());
 }
