@@ -54,7 +54,8 @@ class Transport {
   // whose receive is already posted goes straight into its buffer (no copy); one that arrives
   // before its receive is copied into the peer's early queue (EarlyLimits, per peer: bytes and
   // count) and the connection goes on being read, so later messages from that peer are not
-  // held up. A message that would pass the bound is not copied: it waits for its receive and
+  // held up. (Shared memory copies it out only once a receive from that peer is posted, or a
+  // wait here has lasted a millisecond: until then it stays in the ring, to be read once.) A message that would pass the bound is not copied: it waits for its receive and
   // holds back every later message from that peer (back-pressure, never more memory); a wait
   // that then times out on that peer names it, the held message's tag and the tags queued. So a
   // peer that sends more than the bound ahead of its receiver must still have the receiver post

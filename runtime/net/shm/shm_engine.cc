@@ -17,6 +17,7 @@ namespace dpg::net {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr auto kHeadWaits = std::chrono::milliseconds(1);
 using shm::SlotHeader;
 using shm::SlotKind;
 
@@ -137,6 +138,20 @@ bool ShmTransport::Impl::pull_message(ShmPair& p, const SlotHeader& h) {
     it = ops.slot(it).next;
   }
   if (it == kNone) {
+    // Best read once, straight into its receive: while no receive from this peer is posted, it
+    // stays in the ring (or its sender's memory), where its receive usually comes within
+    // microseconds. Once a receive is posted behind it, or a thread here has waited on anything
+    // for kHeadWaits (its sender may be waiting for the room it holds), it is copied out into
+    // the early queue (transport.h).
+    if (p.recv_head == kNone) {
+      const auto now = Clock::now();
+      if (!p.head_waits) p.head_waits_since = now;
+      p.head_waits = true;
+      if (!ops.waiting() || now - p.head_waits_since < kHeadWaits) {
+        p.parked_now.store(true, std::memory_order_relaxed);
+        return false;
+      }
+    }
     if (!p.early.fits(h.length)) {
       p.parked_now.store(true, std::memory_order_relaxed);
       p.set_held(held_back(p.peer, tag, h.length, p.early));
@@ -145,6 +160,7 @@ bool ShmTransport::Impl::pull_message(ShmPair& p, const SlotHeader& h) {
     return pull_early(p, h);
   }
   p.parked_now.store(false, std::memory_order_relaxed);
+  p.head_waits = false;
   if (p.held_set) p.set_held({});
   OpSlot& r = ops.slot(it);
   if (r.size != h.length) {
@@ -193,6 +209,7 @@ bool ShmTransport::Impl::pull_message(ShmPair& p, const SlotHeader& h) {
 bool ShmTransport::Impl::pull_early(ShmPair& p, const SlotHeader& h) {
   const Tag tag{h.op, h.round, h.chunk};
   p.parked_now.store(false, std::memory_order_relaxed);
+  p.head_waits = false;
   if (p.held_set) p.set_held({});
   const auto e = p.early.add(tag, h.length);
   if (h.kind == static_cast<uint32_t>(SlotKind::direct)) {

@@ -68,6 +68,9 @@ struct ShmPair : EarlyIn {
   bool gone = false;  // its socket ended: the process exited or closed the transport
   uint32_t abort_seen = 0;
   std::atomic<bool> parked_now{false};  // a message waits for a receive not posted yet
+  // The message at the head waits in the ring for its receive, since head_waits_since.
+  bool head_waits = false;
+  std::chrono::steady_clock::time_point head_waits_since{};
   // The receive from this peer a thread waits on now (slot << 32 | generation), or ~0.
   std::atomic<uint64_t> waited_recv{~uint64_t{0}};
 };
