@@ -268,6 +268,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   install_stop_handlers();
   set_activity("setting up the run (hosts, transport, trace)");
   const Peers peers = peers_for(c, flags);
+  if (peers.world() > 1) log::set_origin(peers.rank);  // every later line names host, pid, rank
   check_noise_seed(c, peers.world());
   // One voice per run: other ranks report only warnings and errors.
   if (peers.rank != 0 && log::level() > log::Level::warn) log::set_level(log::Level::warn);

@@ -269,6 +269,7 @@ void run_peer(const AllreduceBenchOptions& o, const std::vector<long long>& size
                                      std::to_string(hosts.world()));
   }
   const int rank = net::resolve_rank(o.rank, hosts.world());
+  log::set_origin(rank);
   // The rows are the output: a peer reports only warnings and errors.
   if (log::level() > log::Level::warn) log::set_level(log::Level::warn);
   if (o.pin) {

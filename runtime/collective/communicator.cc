@@ -301,7 +301,7 @@ std::pair<std::size_t, std::size_t> Communicator::owned_block(std::size_t count)
 
 int Communicator::take_split() {
   if (splits_ >= kMaxSplits) {
-    fail(Code::invalid_argument, "rank " + std::to_string(rank()) + ": more than " +
+    fail(Code::invalid_argument, rank_prefix(rank()) + "more than " +
                                      std::to_string(kMaxSplits) +
                                      " groups split from one communicator");
   }

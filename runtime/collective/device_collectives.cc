@@ -48,7 +48,7 @@ void HostMemoryCollectives::start_exchange(std::span<const DeviceSend> sends,
   std::vector<std::uint32_t> received(static_cast<std::size_t>(t.world()), 0);
   auto check_peer = [&](int peer, const char* kind) {
     if (peer < 0 || peer >= t.world()) {
-      fail(Code::invalid_argument, "rank " + std::to_string(t.rank()) + ": exchange: " + kind +
+      fail(Code::invalid_argument, rank_prefix(t.rank()) + "exchange: " + kind +
                                        " peer " + std::to_string(peer) + " in a world of " +
                                        std::to_string(t.world()));
     }
@@ -65,8 +65,8 @@ void HostMemoryCollectives::start_exchange(std::span<const DeviceSend> sends,
   for (const auto& r : recvs) {
     if (r.peer != t.rank()) continue;
     if (self_k >= to_self.size() || to_self[self_k]->count != r.count) {
-      fail(Code::invalid_argument, "rank " + std::to_string(t.rank()) +
-                                       ": exchange: receive " + std::to_string(self_k) +
+      fail(Code::invalid_argument, rank_prefix(t.rank()) +
+                                       "exchange: receive " + std::to_string(self_k) +
                                        " from itself has no send of its size");
     }
     std::copy_n(to_self[self_k++]->data, r.count, r.data);

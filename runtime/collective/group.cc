@@ -21,8 +21,8 @@ std::unique_ptr<Group> split(Communicator& parent, int colour, int key) {
   const uint64_t space = (static_cast<uint64_t>(parent.options().tag_space) + 1) * kMaxSplits +
                          static_cast<uint64_t>(split_no);
   if (space >= (uint64_t{1} << 32) / net::kOpsPerSpace) {
-    fail(Code::invalid_argument, "rank " + std::to_string(parent.rank()) +
-                                     ": groups nested too deep for the tag spaces");
+    fail(Code::invalid_argument, rank_prefix(parent.rank()) +
+                                     "groups nested too deep for the tag spaces");
   }
   const int n = parent.world();
   std::vector<int32_t> mine = {colour, key};

@@ -64,7 +64,7 @@ std::vector<int> hierarchical_peers(int rank, const std::vector<int>& host_of,
 Hierarchy::Hierarchy(Communicator& parent, const std::vector<int>& host_of)
     : world_(parent.world()), layout_(host_layout(host_of)) {
   if (static_cast<int>(host_of.size()) != world_) {
-    fail(Code::invalid_argument, "rank " + std::to_string(parent.rank()) + ": " +
+    fail(Code::invalid_argument, rank_prefix(parent.rank()) +
                                      std::to_string(host_of.size()) + " host ids for " +
                                      std::to_string(world_) + " ranks");
   }

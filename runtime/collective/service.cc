@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "runtime/core/log.h"
+
 namespace dpg::collective {
 namespace {
 
@@ -39,7 +41,7 @@ Service::~Service() {
   }
 }
 
-std::string Service::prefix() const { return "rank " + std::to_string(t_.rank()) + ": " + name_ + ": "; }
+std::string Service::prefix() const { return rank_prefix(t_.rank()) + name_ + ": "; }
 
 void Service::serve(const std::vector<int>& clients, uint64_t first, Handler handler) {
   if (!responders_.empty()) return;
@@ -49,6 +51,7 @@ void Service::serve(const std::vector<int>& clients, uint64_t first, Handler han
 }
 
 void Service::respond(int peer, uint64_t first, const Handler& handler) {
+  const log::RankScope scope(t_.rank());
   if (tracer_) tracer_->name_thread("responder");
   std::size_t req_max = 0, rep_max = 0;
   for (const auto& o : ops_) {
@@ -110,9 +113,7 @@ void Service::respond(int peer, uint64_t first, const Handler& handler) {
   } catch (const Error& e) {
     // The link to this client failed (or its request was malformed): it is the culprit, unless
     // a failure came first.
-    std::string what = e.what();
-    const std::string own = "rank " + std::to_string(t_.rank()) + ": ";
-    if (what.rfind(own, 0) == 0) what.erase(0, own.size());
+    const std::string what = without_rank_prefix(e.what(), t_.rank());
     record(peer, e.code(), prefix() + "answering peer " + std::to_string(peer) + " (request " +
                                std::to_string(seq) + ") failed: " + what);
   }

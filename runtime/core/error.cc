@@ -30,4 +30,16 @@ std::string seconds_text(std::chrono::steady_clock::duration d) {
   return os.str();
 }
 
+std::string rank_prefix(int rank) {
+  std::string s = "rank ";
+  s += std::to_string(rank);
+  s += ": ";
+  return s;
+}
+
+std::string without_rank_prefix(const std::string& message, int rank) {
+  const std::string own = rank_prefix(rank);
+  return message.rfind(own, 0) == 0 ? message.substr(own.size()) : message;
+}
+
 }  // namespace dpg

@@ -37,4 +37,11 @@ class Error : public std::runtime_error {
 // An elapsed time as error messages write it: "2.5 s" (three significant digits).
 std::string seconds_text(std::chrono::steady_clock::duration d);
 
+// "rank R: ", the start of every error a rank raises about its own part of a run (transport.h:
+// its peers quote it). The one place that spells it.
+std::string rank_prefix(int rank);
+// `message` without a leading rank_prefix(rank), for a failure quoted inside another of the same
+// rank ("rank 2: answering peer 1 failed: <its own failure>").
+std::string without_rank_prefix(const std::string& message, int rank);
+
 }  // namespace dpg

@@ -33,7 +33,7 @@ Handle OpTable::post(OpKind kind, int peer, Tag tag, std::byte* data, std::size_
   if (full) {
     // The caller may have operations posted that it will now never wait on: poisoned, nothing
     // more moves through their buffers (the contract of a failure, transport.h).
-    const std::string message = "rank " + std::to_string(rank_) + ": more than " +
+    const std::string message = rank_prefix(rank_) + "more than " +
                                 std::to_string(kChunk * kMaxChunks) + " operations in flight";
     poison(Code::internal, message);
     fail(Code::internal, message);
@@ -98,7 +98,7 @@ const OpSlot* OpTable::find(Handle h) {
 
 void OpTable::wait(Handle h, const Driver* drive) {
   if (!find(h)) {
-    fail(Code::internal, "rank " + std::to_string(rank_) + ": wait on a stale or unknown handle");
+    fail(Code::internal, rank_prefix(rank_) + "wait on a stale or unknown handle");
   }
   OpSlot& s = slot(h.slot);
   auto is_done = [&] { return s.state.load(std::memory_order_acquire) == OpSlot::done; };
@@ -162,7 +162,7 @@ void OpTable::watch(Liveness liveness, Clock::duration silence) {
 
 std::string OpTable::expired(const OpSlot& s) const {
   const auto waited = Clock::now() - s.posted;
-  std::string message = "rank " + std::to_string(rank_) + ": " + describe(s) + " timed out after " +
+  std::string message = rank_prefix(rank_) + describe(s) + " timed out after " +
                         seconds_text(waited);
   if (held_ && s.kind == OpKind::recv) {
     const std::string held = held_(s.peer);
@@ -200,20 +200,15 @@ std::string OpTable::failure() const {
   return message_;
 }
 
-std::string OpTable::bare_failure(const std::string& prefix) const {
-  return message_.rfind(prefix, 0) == 0 ? message_.substr(prefix.size()) : message_;
-}
 
 std::string OpTable::report() const {
   std::lock_guard lock(wait_mu_);
-  const std::string prefix = "rank " + std::to_string(rank_) + ": ";
-  return prefix + bare_failure(prefix);
+  return rank_prefix(rank_) + without_rank_prefix(message_, rank_);
 }
 
 void OpTable::rethrow(const std::string& context) const {
   std::lock_guard lock(wait_mu_);
-  const std::string prefix = "rank " + std::to_string(rank_) + ": ";
-  throw Error(code_, prefix + context + " failed: " + bare_failure(prefix));
+  throw Error(code_, rank_prefix(rank_) + context + " failed: " + without_rank_prefix(message_, rank_));
 }
 
 std::string OpTable::describe(const OpSlot& s) {

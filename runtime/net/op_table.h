@@ -124,7 +124,6 @@ class OpTable {
   std::string expired(const OpSlot& s) const;
   // The stored failure without `prefix` ("rank R: ") where it starts with it, so that no message
   // says "rank R:" twice. The caller holds wait_mu_.
-  std::string bare_failure(const std::string& prefix) const;
 
   int rank_;
   std::chrono::milliseconds timeout_;

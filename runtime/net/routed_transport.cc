@@ -26,7 +26,7 @@ RoutedTransport::RoutedTransport(std::unique_ptr<Transport> first, std::unique_p
 Transport& RoutedTransport::route(int peer, const char* what) {
   if (peer < 0 || peer >= world_ || peer == rank_ || route_[peer] < 0 || route_[peer] > 1 ||
       !parts_[route_[peer]]) {
-    fail(Code::invalid_argument, "rank " + std::to_string(rank_) + ": " + what + " peer " +
+    fail(Code::invalid_argument, rank_prefix(rank_) + what + " peer " +
                                      std::to_string(peer) + ": this peer has no connection to it");
   }
   return *parts_[route_[peer]];

@@ -13,14 +13,14 @@ SubsetTransport::SubsetTransport(Transport& parent, std::vector<int> members)
   for (std::size_t i = 0; i < members_.size(); ++i) {
     const int m = members_[i];
     if (m < 0 || m >= n) {
-      fail(Code::invalid_argument, "rank " + std::to_string(parent_.rank()) + ": group member " +
+      fail(Code::invalid_argument, rank_prefix(parent_.rank()) + "group member " +
                                        std::to_string(m) + " is not a rank of a world of " +
                                        std::to_string(n));
     }
     if (std::find(members_.begin(), members_.begin() + static_cast<std::ptrdiff_t>(i), m) !=
         members_.begin() + static_cast<std::ptrdiff_t>(i)) {
-      fail(Code::invalid_argument, "rank " + std::to_string(parent_.rank()) +
-                                       ": group member " + std::to_string(m) + " listed twice");
+      fail(Code::invalid_argument, rank_prefix(parent_.rank()) +
+                                       "group member " + std::to_string(m) + " listed twice");
     }
     if (m == parent_.rank()) rank_ = static_cast<int>(i);
   }
@@ -32,7 +32,7 @@ SubsetTransport::SubsetTransport(Transport& parent, std::vector<int> members)
 
 int SubsetTransport::parent_rank(int peer, const char* what) const {
   if (peer < 0 || peer >= world()) {
-    fail(Code::invalid_argument, "rank " + std::to_string(parent_.rank()) + ": " + what +
+    fail(Code::invalid_argument, rank_prefix(parent_.rank()) + what +
                                      " group rank " + std::to_string(peer) + " of a group of " +
                                      std::to_string(world()));
   }

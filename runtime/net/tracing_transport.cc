@@ -67,7 +67,7 @@ void TracingTransport::wait(Handle handle) {
   } catch (const Error& e) {
     // A trace write failed: it fails the run, as a failed wait would. The caller, unwinding, may
     // leave operations posted: the transport is poisoned first (transport.h).
-    inner_.poison(e.code(), "rank " + std::to_string(inner_.rank()) + ": " + e.what());
+    inner_.poison(e.code(), rank_prefix(inner_.rank()) + e.what());
     throw;
   }
 }

@@ -30,8 +30,7 @@ namespace dpg::train {
 namespace {
 
 using net::kOpAdPsgd;  // runtime/net/ops.h
-std::string prefix(int rank) { return "rank " + std::to_string(rank) + ": ad-psgd: "; }
-std::span<const std::byte> as_bytes(std::span<const float> v) { return std::as_bytes(v); }
+std::string prefix(int rank) { return rank_prefix(rank) + "ad-psgd: "; }
 
 // The undirected graph of the run: the union of the first phase's period, both directions.
 std::vector<std::vector<int>> undirected(const GossipPhase& phase) {
@@ -115,7 +114,7 @@ class AdPsgdAlgorithm final : public Algorithm {
     active_ = colour[static_cast<std::size_t>(rank_)] == 0;
     neighbours_ = undirected(s.phases.front())[static_cast<std::size_t>(rank_)];
     (active_ ? reply_ : pending_).assign(s.num_params, 0.0f);
-    DPG_INFO("train: ad-psgd on " << label_ << ": rank " << rank_ << " is "
+    DPG_INFO("train: ad-psgd on " << label_ << ": this peer is "
                                   << (active_ ? "active" : "passive") << ", "
                                   << neighbours_.size() << " neighbours");
   }

@@ -181,7 +181,7 @@ class PsAsync final : public Algorithm {
 
  private:
   bool is_server() const { return rank_ < servers_; }
-  std::string pre() const { return text("rank ", rank_, ": ps-async: "); }
+  std::string pre() const { return rank_prefix(rank_) + "ps-async: "; }
   decltype(shard_range(0, 1, 0)) range(int k) const { return shard_range(n_, servers_, k); }
   void note(std::uint64_t s) { for (auto& x : tally_) x.add(static_cast<long long>(s)); }
   long long slowest() const { return *std::min_element(clock_.begin(), clock_.end()); }

@@ -83,7 +83,7 @@ void BucketReducer::wait() {
   while (done_ < submitted_ && !error_) {
     if (!cv_.wait_for(lock, patience, [&] { return done_ != seen || error_; })) {
       fail(Code::deadline_exceeded,
-           "rank " + std::to_string(comm_.rank()) + ": bucketed all-reduce of step " +
+           rank_prefix(comm_.rank()) + "bucketed all-reduce of step " +
                std::to_string(step_) + " (bucket " + std::to_string(done_ + 1) + " of " +
                std::to_string(submitted_) + " in all) made no progress for " +
                std::to_string(std::chrono::duration<double>(patience).count()) + " s");

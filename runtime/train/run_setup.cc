@@ -125,7 +125,7 @@ dp::PrivacyPlan agreed_plan(const dp::PlanInputs& in, collective::Communicator* 
   }
   if (std::isnan(sigma)) return dp::plan_privacy(in);  // rank 0 failed: the same error here
   return dp::plan_with_multiplier_from(in, sigma,
-                                       "rank " + std::to_string(comm->rank()) + ": rank 0");
+                                       rank_prefix(comm->rank()) + "rank 0");
 }
 
 // With device cuda: the model on the GPU and the training rows there, and with transport nccl
@@ -135,15 +135,14 @@ void place_on_device(RunState& s, const RunInputs& in) {
   if (!parse_device(c.device).cuda) return;
   s.device = in.backends.device(s.spec, s.model.params(), rank_of(in));
   s.device->upload_rows(in.data.train.features, in.data.train.labels);
-  DPG_INFO("train: rank " << rank_of(in) << " computes on " << s.device->device_name());
+  DPG_INFO("train: computes on " << s.device->device_name());
   if (in.comm == nullptr || c.transport != TransportMode::nccl) return;
   s.direct = in.backends.direct(*in.comm);
   if (auto route = s.direct->host_route()) {
     in.comm->route_float_allreduce(std::move(route));
     s.float_route.comm = in.comm;
   }
-  DPG_INFO("train: rank " << rank_of(in) << ": " << to_string(c.algo)
-                          << "'s messages and the float all-reduces through NCCL");
+  DPG_INFO("train: " << to_string(c.algo) << "'s messages and the float all-reduces through NCCL");
 }
 
 }  // namespace

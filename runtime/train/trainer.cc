@@ -36,6 +36,7 @@ struct Trainer::Loop {
 };
 
 Trainer::Trainer(RunInputs in) : in_(std::move(in)) {
+  const log::RankScope scope(in_.comm ? rank() : -1);  // this thread acts for this rank (log.h)
   check_run(in_);
   plan_ = plan_run(in_);
 }
@@ -60,8 +61,8 @@ std::span<const float> Trainer::params() const {
 
 void Trainer::log_start() const {
   const TrainConfig& c = in_.config;
-  DPG_INFO("train: rank " << rank() << " of " << world() << ", " << to_string(c.algo) << ", "
-                          << in_.data.train.rows << " examples here ("
+  DPG_INFO("train: one of " << world() << " peers, " << to_string(c.algo) << ", "
+           << in_.data.train.rows << " examples here ("
                           << std::llround(c.batch_size / plan_.q)
                           << " in all), q = " << plan_.q << " (this peer samples at "
                           << plan_.peer_q[static_cast<std::size_t>(rank())] << "), "
@@ -162,15 +163,15 @@ long long Trainer::epoch_end(int epoch) const {
 
 TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoch,
                           const std::function<void(const ConsensusReport&)>& on_consensus) {
+  const log::RankScope scope(in_.comm ? rank() : -1);
   // A step that fails on a check of its own (a malformed reply, a held step) can leave messages
   // posted into or out of the run state's buffers (the algorithm's among them), which go when
   // this trainer does: the transport must move no more bytes through them, and the peers learn
   // now that this one has stopped, and why.
   const auto poison = [this](const std::string& why) {
     if (!in_.comm) return;
-    const std::string own = "rank " + std::to_string(rank()) + ": ";
-    in_.comm->transport().poison(Code::aborted, own + "stopped on an error of its own: " +
-                                                 (why.rfind(own, 0) == 0 ? why.substr(own.size()) : why));
+    in_.comm->transport().poison(Code::aborted, rank_prefix(rank()) + "stopped on an error of its own: " +
+                                                    without_rank_prefix(why, rank()));
   };
   try {
     return run_steps(on_epoch, on_consensus);
@@ -205,7 +206,7 @@ void Trainer::start(Loop& loop) {
   loop.p = start_checkpoints(s, loop.summary);
   if (s.resident) {
     push_model(s);  // the broadcast's or the checkpoint's model and momentum
-    DPG_INFO("train: rank " << rank() << ": the model and its updates stay on the device");
+    DPG_INFO("train: the model and its updates stay on the device");
   }
   loop.differ = s.algorithm->replicas_differ() && in_.comm != nullptr;
   s.start = Clock::now() - std::chrono::duration_cast<Clock::duration>(

@@ -127,7 +127,7 @@ class NcclCommunicator final : public DeviceCollectives {
   // communicator's stream after the work queued so far on the legacy default stream, so that data
   // produced there is complete before NCCL reads it. Poisons (throws) when either step fails.
   void follow_callers(int scope, const std::string& what);
-  std::string prefix() const { return "rank " + std::to_string(rank_) + ": "; }
+  std::string prefix() const { return rank_prefix(rank_); }
 
   int rank_;
   int world_;

@@ -8,7 +8,7 @@ const char* eager_kernel_loading_for_nccl() { return nullptr; }
 
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(Communicator& comm, int device,
                                                          NcclOptions) {
-  fail(Code::unavailable, "rank " + std::to_string(comm.rank()) + ": --transport nccl (GPU " +
+  fail(Code::unavailable, rank_prefix(comm.rank()) + "--transport nccl (GPU " +
                               std::to_string(device) + "): this build of dpgossip has no NCCL "
                               "communicator (meson found no CUDA toolkit or NCCL; its summary "
                               "lists what is built)");

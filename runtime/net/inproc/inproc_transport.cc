@@ -44,7 +44,7 @@ class InprocTransport final : public Transport {
  private:
   void check_peer(int peer) const {
     if (peer < 0 || peer >= world() || peer == rank_) {
-      fail(Code::invalid_argument, "rank " + std::to_string(rank_) + ": no peer " +
+      fail(Code::invalid_argument, rank_prefix(rank_) + "no peer " +
                                        std::to_string(peer) + " to talk to");
     }
   }
@@ -100,7 +100,7 @@ bool InprocFabric::take_early(int src, int dst, uint32_t slot) {
     if (why.empty()) rops.complete_held(slot);
   }
   if (!why.empty()) {
-    rops.poison(Code::data_loss, "rank " + std::to_string(dst) + ": " + why);
+    rops.poison(Code::data_loss, rank_prefix(dst) + why);
     return true;
   }
   match(src, dst);  // the queue has room again for a message held back
@@ -140,7 +140,7 @@ void InprocFabric::match(int src, int dst) {
     OpTable& rops = it->owner->ops();
     OpSlot& r = rops.slot(it->slot);
     if (r.size != s.size) {
-      rops.poison(Code::data_loss, "rank " + std::to_string(dst) + ": peer " +
+      rops.poison(Code::data_loss, rank_prefix(dst) + "peer " +
                                        std::to_string(src) + " sent " + std::to_string(s.size) +
                                        " bytes for " + to_string(s.tag) +
                                        " but the receive expects " + std::to_string(r.size));

@@ -157,7 +157,7 @@ struct Setup {
       return false;
     }
     if (cred.uid != ::getuid()) {
-      DPG_WARN(t.prefix() << what << ": the process at the other end (pid " << cred.pid
+      DPG_WARN(what << ": the process at the other end (pid " << cred.pid
                           << ") runs as user " << cred.uid << ", not " << ::getuid()
                           << "; refused");
       return false;
@@ -268,7 +268,7 @@ struct Setup {
     std::vector<Fd> fds;
     std::string why = recv_all(fd.fd, &theirs, sizeof theirs, fds, 2, deadline);
     if (!why.empty()) {
-      DPG_WARN(t.prefix() << "ignored a shared-memory connection (pid " << cred.pid
+      DPG_WARN("ignored a shared-memory connection (pid " << cred.pid
                           << ") that sent no valid hello (" << why << ")");
       return -1;
     }

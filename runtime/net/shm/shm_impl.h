@@ -99,7 +99,7 @@ struct ShmTransport::Impl {
   // would otherwise wait out its deadline and blame this peer instead of the cause. Under mu.
   bool relayed = false;
 
-  std::string prefix() const { return "rank " + std::to_string(rank) + ": "; }
+  std::string prefix() const { return rank_prefix(rank); }
   ShmPair& pair_for(int peer, const char* what);
 
   // Set-up (shm_connect.cc).

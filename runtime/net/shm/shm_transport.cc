@@ -252,6 +252,7 @@ void ShmTransport::Impl::shutdown(bool unwinding) {
 ShmTransport::ShmTransport(const HostsFile& hosts, int rank, const std::vector<int>& peers,
                            ShmOptions options)
     : impl_(std::make_unique<Impl>(rank, hosts.world(), options)) {
+  const log::RankScope scope(rank);  // the set-up's log lines (log.h)
   if (rank < 0 || rank >= hosts.world()) {
     fail(Code::invalid_argument, "rank " + std::to_string(rank) + " is outside the hosts list of " +
                                      std::to_string(hosts.world()) + " peers");
@@ -272,10 +273,11 @@ ShmTransport::ShmTransport(const HostsFile& hosts, int rank, const std::vector<i
 }
 
 ShmTransport::~ShmTransport() {
+  const log::RankScope scope(impl_->rank);
   try {
     impl_->shutdown(std::uncaught_exceptions() > 0);
   } catch (const std::exception& e) {
-    DPG_WARN(impl_->prefix() << "closing the shared-memory transport: " << e.what());
+    DPG_WARN("closing the shared-memory transport: " << e.what());
   }
 }
 

@@ -67,7 +67,7 @@ struct Setup {
     t.io.restart();
     live.clear();
     if (refusals > kMaxRefusalLines) {
-      DPG_WARN(t.prefix() << "refused " << refusals << " connections in all during set-up ("
+      DPG_WARN("refused " << refusals << " connections in all during set-up ("
                           << refusals - kMaxRefusalLines << " not logged one by one)");
     }
   }
@@ -84,10 +84,10 @@ struct Setup {
     last_refusal = "refused a connection from " + remote + who + ": " + why;
     if (claimed >= 0 && to_accept.count(claimed)) last_error[claimed] = last_refusal;
     if (refusals <= kMaxRefusalLines) {
-      DPG_WARN(t.prefix() << "refused a connection from " << remote << who << ": " << why);
+      DPG_WARN("refused a connection from " << remote << who << ": " << why);
     }
     if (refusals == kMaxRefusalLines) {
-      DPG_WARN(t.prefix() << "further refused connections are counted, not logged");
+      DPG_WARN("further refused connections are counted, not logged");
     }
   }
 
@@ -240,7 +240,7 @@ struct Setup {
 void say_how_peers_join(const TcpTransport::Impl& t) {
   const bool tls = t.tls_context != nullptr;
   if (t.secret.empty() && !tls) {
-    DPG_WARN(t.prefix() << "no cluster secret (hosts file secret or secret_file, or "
+    DPG_WARN("no cluster secret (hosts file secret or secret_file, or "
                         << kSecretVariable << "): any process that can reach this peer's port "
                         << "may join the run as a peer (docs/SECURITY.md)");
     return;
@@ -250,7 +250,7 @@ void say_how_peers_join(const TcpTransport::Impl& t) {
     how += std::string(tls ? " and " : "") + "prove the cluster secret from " + t.secret_origin +
            " (HMAC-SHA256)";
   }
-  DPG_INFO(t.prefix() << "peers must " << how);
+  DPG_INFO("peers must " << how);
 }
 
 }  // namespace

@@ -147,7 +147,7 @@ struct TcpTransport::Impl {
     }
   }
 
-  std::string prefix() const { return "rank " + std::to_string(rank) + ": "; }
+  std::string prefix() const { return rank_prefix(rank); }
   Conn& conn_for(int peer, const char* what);
 
   // Set-up (tcp_connect.cc): runs the io_context on the calling thread until every connection

@@ -424,6 +424,7 @@ void TcpTransport::Impl::shutdown(bool unwinding) {
 TcpTransport::TcpTransport(const HostsFile& hosts, int rank, const std::vector<int>& peers,
                            TcpOptions options)
     : impl_(std::make_unique<Impl>(rank, hosts.world(), options)) {
+  const log::RankScope scope(rank);  // the set-up's log lines (log.h)
   if (rank < 0 || rank >= hosts.world()) {
     dpg::fail(Code::invalid_argument, "rank " + std::to_string(rank) + " is outside the hosts list of " +
                                      std::to_string(hosts.world()) + " peers");
@@ -455,10 +456,11 @@ TcpTransport::TcpTransport(const HostsFile& hosts, int rank, const std::vector<i
 }
 
 TcpTransport::~TcpTransport() {
+  const log::RankScope scope(impl_->rank);
   try {
     impl_->shutdown(std::uncaught_exceptions() > 0);
   } catch (const std::exception& e) {
-    DPG_WARN(impl_->prefix() << "closing the transport: " << e.what());
+    DPG_WARN("closing the transport: " << e.what());
   }
 }
 
