@@ -37,10 +37,11 @@ class PrivateGradient {
   // lo followed by hi, adjacent in memory (two parts of one released gradient); throws otherwise.
   static PrivateGradient join(const PrivateGradient& lo, const PrivateGradient& hi);
   // What another peer released through its own mechanism and sent here (a parameter server
-  // receiving a worker's gradient): its noise is already in it. Only for bytes that arrived
-  // from a peer, never for anything computed in this process.
-  static PrivateGradient from_peer(std::span<const float> received, double sigma) {
-    return PrivateGradient(received, sigma);
+  // receiving a worker's gradient): its noise is already in it. It takes a Wire, which only a
+  // completed receive (arrived()) or another issuer makes (runtime/core/wire.h), never a buffer
+  // computed in this process.
+  static PrivateGradient from_peer(Wire<const float> received, double sigma) {
+    return PrivateGradient(received.values(), sigma);
   }
 
  private:

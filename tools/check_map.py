@@ -509,8 +509,35 @@ def check_walkthrough(root):
     return problems, []
 
 
+# The algorithms' room sends only what the types allow (docs/ARCHITECTURE.md, "DP in the
+# types"): through the collectives, gossip, the message service or the Communicator's typed
+# point-to-point send, never a send posted on a transport, whose bytes are untyped.
+WIRE_ROOMS = ["runtime/train"]
+SEND_RE = re.compile(r"([A-Za-z_][A-Za-z_0-9]*)\s*(?:\(\s*\))?\s*(?:\.|->)\s*send\s*\(")
+TYPED_SENDERS = {"comm", "comm_"}  # collective::Communicator: send() takes a Wire
+
+
+def check_wire(root):
+    """Returns (violations, notes): sends in the algorithms' room that bypass the Wire types."""
+    problems = []
+    for path in sources(root):
+        if room_of(path) not in WIRE_ROOMS:
+            continue
+        with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, 1):
+                code = line.split("//", 1)[0]
+                for m in SEND_RE.finditer(code):
+                    if m.group(1) not in TYPED_SENDERS:
+                        problems.append(f"{path}:{number}: {m.group(1)}...send( posts a send on "
+                                        "something other than the Communicator: send through "
+                                        "comm.send(Wire), a collective, gossip or the message "
+                                        "service, which take a Wire (runtime/core/wire.h)")
+    return problems, []
+
+
 CHECKS = {
     "includes": check_includes,
+    "wire": check_wire,
     "meson": check_meson_table,
     "algos": check_algos,
     "config": check_config_table,

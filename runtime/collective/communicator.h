@@ -63,6 +63,17 @@ class Communicator {
   net::Transport& transport() { return transport_; }
   const Options& options() const { return options_; }
 
+  // Point-to-point for an algorithm's own protocol (ps-sync's pushes and pulls): a send carries
+  // a Wire only, like the collectives; receives and waits are the transport's (transport.h).
+  // Algorithms post no send on the transport itself (tools/check_map.py's "wire" check).
+  net::Handle send(int peer, net::Tag tag, Wire<const std::byte> data) {
+    return transport_.send(peer, tag, data.values());
+  }
+  net::Handle recv(int peer, net::Tag tag, std::span<std::byte> data) {
+    return transport_.recv(peer, tag, data);
+  }
+  void wait(net::Handle h) { transport_.wait(h); }
+
   // Every collective carries Wire values only (runtime/core/wire.h: released gradients and
   // their sums, public models, named public values); what it writes into a Wire is as public.
   // In place; the result is bitwise identical on every peer.

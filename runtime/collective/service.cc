@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "runtime/core/check.h"
 #include "runtime/core/log.h"
 
 namespace dpg::collective {
@@ -80,7 +81,8 @@ void Service::respond(int peer, uint64_t first, const Handler& handler) {
       const auto out = std::span(reply).first(op.reply_bytes);
       if (!in.empty()) t_.wait(t_.recv(peer, tag(seq, 1), in));
       try {
-        handler(Request{peer, h.op, seq, h.round}, in, out);
+        Reply r(out);
+        handler(Request{peer, h.op, seq, h.round}, arrived(std::span<const std::byte>(in)), r);
       } catch (const Blame& b) {
         // The client hears the culprit in place of its reply, before this side fails with it.
         if (!op.one_way) {
@@ -119,8 +121,14 @@ void Service::respond(int peer, uint64_t first, const Handler& handler) {
   }
 }
 
-int Service::call(int peer, uint32_t op, uint64_t round, std::span<const std::byte> request,
+void Service::Reply::put(std::size_t offset, Wire<const std::byte> bytes) {
+  DPG_CHECK(offset <= out_.size() && bytes.size() <= out_.size() - offset);
+  if (bytes.size() > 0) std::memcpy(out_.data() + offset, bytes.values().data(), bytes.size());
+}
+
+int Service::call(int peer, uint32_t op, uint64_t round, Wire<const std::byte> wire,
                   std::span<std::byte> reply) {
+  const std::span<const std::byte> request = wire.values();
   rethrow();
   const bool done = op == kDone;
   const ServiceOp o = done ? ServiceOp{0, 0, true} : ops_.at(op);
@@ -176,7 +184,7 @@ void Service::wait(int ticket) {
 
 void Service::finish(const std::vector<int>& servers) {
   std::vector<int> tickets;
-  for (int s : servers) tickets.push_back(call(s, kDone, 0, {}, {}));
+  for (int s : servers) tickets.push_back(call(s, kDone, 0, public_value(std::span<const std::byte>()), {}));
   for (int t : tickets) wait(t);
 }
 

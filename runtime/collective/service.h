@@ -4,6 +4,8 @@
 //
 // - Ops. Each op has a request size and a reply size, fixed by public facts (shard and model
 //   sizes), never read from a peer; a reply size of 0 makes a one-way notice (no reply).
+// - Privacy. What leaves is a Wire (runtime/core/wire.h): a request is one, and a handler fills
+//   its reply only through Reply::put, which takes one; a handler gets its request as arrived().
 // - Serving. One responder thread per client peer posts the receive of that peer's next request
 //   before it comes, runs the handler, and sends the reply; the handler may block (a server
 //   holding a reply for staleness) without holding up any other peer.
@@ -33,6 +35,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/trace.h"
+#include "runtime/core/wire.h"
 #include "runtime/net/transport.h"
 
 namespace dpg::collective {
@@ -62,10 +65,21 @@ class Service {
     uint64_t seq;    // the pair's request number
     uint64_t round;  // the client's own round (its step), for the handler and messages
   };
-  // Fills `reply` (the op's reply_bytes) from `request` (its request_bytes). Runs on the
-  // client's responder thread. Throws Blame to name a culprit other than the client.
-  using Handler = std::function<void(const Request&, std::span<const std::byte> request,
-                                     std::span<std::byte> reply)>;
+  // The reply a handler fills (the op's reply_bytes), from values that may leave only.
+  class Reply {
+   public:
+    std::size_t size() const { return out_.size(); }
+    // Copies `bytes` to `offset` of the reply (throws internal past its end).
+    void put(std::size_t offset, Wire<const std::byte> bytes);
+
+   private:
+    friend class Service;
+    explicit Reply(std::span<std::byte> out) : out_(out) {}
+    std::span<std::byte> out_;
+  };
+  // Fills `reply` from `request` (the op's request_bytes). Runs on the client's responder
+  // thread. Throws Blame to name a culprit other than the client.
+  using Handler = std::function<void(const Request&, Wire<const std::byte> request, Reply& reply)>;
 
   // `tag_op`: the service's operation id (runtime/net/ops.h). `name` starts every message
   // ("ps-async", "ad-psgd").
@@ -85,7 +99,7 @@ class Service {
   void number_from(uint64_t first) { next_seq_.assign(next_seq_.size(), first); }
   // Posts a request to `peer`; `request` and `reply` stay alive and
   // `request` unchanged until wait(). Returns a ticket for wait().
-  int call(int peer, uint32_t op, uint64_t round, std::span<const std::byte> request,
+  int call(int peer, uint32_t op, uint64_t round, Wire<const std::byte> request,
            std::span<std::byte> reply);
   void wait(int ticket);
   // Tells every peer in `servers` that this client is done (their responders exit) and waits.

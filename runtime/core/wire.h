@@ -9,6 +9,8 @@
 //   - public_value(): facts public by construction (shard sizes from the manifest, stop flags,
 //     counts of the shared test split, public keys, timings a trace is asked to share, a
 //     benchmark's synthetic buffers);
+//   - arrived(): what a completed receive wrote from a peer (the message service's requests, a
+//     parameter server's pushes), as public as what that peer sent, which was a Wire there;
 //   - device_memory(): a device model's parameters or released gradient, which reach the host
 //     collectives (HostMemoryCollectives) as raw device pointers: the device's interface
 //     (collective::DeviceCollectives, NCCL) is not typed yet (docs/ARCHITECTURE.md, "DP in the
@@ -36,6 +38,8 @@ template <class T>
 Wire<T> public_value(std::span<T> values);
 template <class T>
 Wire<T> device_memory(std::span<T> values);
+template <class T>
+Wire<T> arrived(std::span<T> values);
 
 template <class T>
 class Wire {
@@ -47,6 +51,14 @@ class Wire {
     return Wire(values_.subspan(offset, count));
   }
   operator Wire<const T>() const { return Wire<const T>(values_); }  // NOLINT: a view
+  // Bytes that carry values of type U (a message's payload), as those values.
+  template <class U>
+  Wire<const U> as() const
+    requires std::is_same_v<std::remove_const_t<T>, std::byte>
+  {
+    return Wire<const U>(std::span<const U>(reinterpret_cast<const U*>(values_.data()),
+                                            values_.size() / sizeof(U)));
+  }
   // Its bytes, for the byte-wise collectives.
   auto bytes() const {
     if constexpr (std::is_const_v<T>) {
@@ -68,6 +80,8 @@ class Wire {
   friend Wire<U> public_value(std::span<U>);
   template <class U>
   friend Wire<U> device_memory(std::span<U>);
+  template <class U>
+  friend Wire<U> arrived(std::span<U>);
   friend class dp::GaussianMechanism;
 };
 
@@ -83,6 +97,10 @@ Wire<T> public_value(std::span<T> values) {
 
 template <class T>
 Wire<T> device_memory(std::span<T> values) {
+  return Wire<T>(values);
+}
+template <class T>
+Wire<T> arrived(std::span<T> values) {
   return Wire<T>(values);
 }
 

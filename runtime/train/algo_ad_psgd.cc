@@ -114,6 +114,7 @@ class AdPsgdAlgorithm final : public Algorithm {
     active_ = colour[static_cast<std::size_t>(rank_)] == 0;
     neighbours_ = undirected(s.phases.front())[static_cast<std::size_t>(rank_)];
     (active_ ? reply_ : pending_).assign(s.num_params, 0.0f);
+    if (!active_) answer_.assign(s.num_params, 0.0f);
     DPG_INFO("train: ad-psgd on " << label_ << ": this peer is "
                                   << (active_ ? "active" : "passive") << ", "
                                   << neighbours_.size() << " neighbours");
@@ -189,9 +190,11 @@ class AdPsgdAlgorithm final : public Algorithm {
     const std::size_t pick = static_cast<std::size_t>(rng_.below(neighbours_.size()));
     std::vector<int> tickets;
     for (std::size_t k = 0; k < neighbours_.size(); ++k) {
-      tickets.push_back(k != pick ? service_.call(neighbours_[k], kIdle, t, {}, {})
-                                  : service_.call(neighbours_[k], kExchange, t, as_bytes(params),
-                                                  std::as_writable_bytes(std::span(reply_))));
+      tickets.push_back(
+          k != pick ? service_.call(neighbours_[k], kIdle, t, public_value(std::span<const std::byte>()), {})
+                    : service_.call(neighbours_[k], kExchange, t,
+                                    public_model(std::span<const float>(params)).bytes(),
+                                    std::as_writable_bytes(std::span(reply_))));
     }
     for (int ticket : tickets) service_.wait(ticket);  // then the model may change
     for (std::size_t i = 0; i < params.size(); ++i) params[i] = 0.5f * (params[i] + reply_[i]);
@@ -216,16 +219,18 @@ class AdPsgdAlgorithm final : public Algorithm {
   void start_responders(std::span<const float> params) {
     if (service_.serving()) return;
     params_ = params;
-    using Bytes = std::span<std::byte>;
-    service_.serve(neighbours_, first_round_, [this](const auto& r, auto in, Bytes out) {
+    using Reply = collective::Service::Reply;
+    service_.serve(neighbours_, first_round_, [this](const auto& r, Wire<const std::byte> in,
+                                                     Reply& out) {
       if (r.op != kExchange) return;
-      const auto* x = reinterpret_cast<const float*>(in.data());
-      auto* reply = reinterpret_cast<float*>(out.data());
+      const std::span<const float> x = in.as<float>().values();
       std::lock_guard lock(mu_);
+      // The reply is this peer's model as it stands (a public model: its updates and mixes).
       for (std::size_t i = 0; i < pending_.size(); ++i) {
-        reply[i] = params_[i] + pending_[i];
-        pending_[i] += 0.5f * (x[i] - reply[i]);
+        answer_[i] = params_[i] + pending_[i];
+        pending_[i] += 0.5f * (x[i] - answer_[i]);
       }
+      out.put(0, public_model(std::span<const float>(answer_)).bytes());
       pairings_.fetch_add(1, std::memory_order_relaxed);
     });
   }
@@ -246,6 +251,7 @@ class AdPsgdAlgorithm final : public Algorithm {
   long long steps_ = 0;            // steps taken (training thread)
   uint64_t first_round_ = 0;       // a resumed run's first step
   std::vector<float> pending_;
+  std::vector<float> answer_;      // passive: the reply being formed (under mu_)
   collective::Service service_;    // last: its responders stop before the state they use goes
 };
 

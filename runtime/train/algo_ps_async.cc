@@ -30,6 +30,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -43,6 +44,7 @@ namespace dpg::train {
 namespace {
 
 constexpr std::size_t kHead = sizeof(std::uint64_t) / sizeof(float);  // a reply's staleness
+constexpr std::size_t kHeadBytes = kHead * sizeof(float);
 std::size_t ix(long long i) { return static_cast<std::size_t>(i); }
 template <class... A> std::string text(const A&... a) {
   std::ostringstream s;
@@ -61,6 +63,7 @@ class PsAsync final : public Algorithm {
   explicit PsAsync(const AlgoSetup& s)
       : config_(s.config),
         comm_(*s.comm),
+        mechanism_(s.mechanism),
         n_(s.num_params),
         servers_(ps_servers(s.config.servers, s.comm->world())),
         rank_(s.comm->rank()),
@@ -91,13 +94,13 @@ class PsAsync final : public Algorithm {
     if (!is_server() || service_->serving()) return;
     // The shard starts from rank 0's model (broadcast by the trainer), unless restored.
     if (!restored_) std::copy_n(params.subspan(begin_).begin(), shard_.size(), shard_.begin());
-    service_->serve(workers_, ix(t), [this](const auto& r, auto in, std::span<std::byte> out) {
+    using Reply = collective::Service::Reply;
+    service_->serve(workers_, ix(t), [this](const auto& r, Wire<const std::byte> in, Reply& out) {
       if (r.op != ix(rank_)) service_->fail(r.peer, Code::data_loss, text(pre(), "bad op ", r.op));
-      const auto* x = reinterpret_cast<const float*>(in.data());
-      auto* o = reinterpret_cast<float*>(out.data());
-      const auto g = dp::PrivateGradient::from_peer({x, shard_.size()}, peer_sigma_);
-      const auto s = serve(r.peer, static_cast<long long>(r.round), g, {o + kHead, shard_.size()});
-      std::memcpy(o, &s, sizeof s);
+      const auto g = dp::PrivateGradient::from_peer(in.as<float>(), peer_sigma_);
+      const std::uint64_t s = serve(r.peer, static_cast<long long>(r.round), g,
+                                    [&](Wire<const float> shard) { out.put(kHeadBytes, shard.bytes()); });
+      out.put(0, public_value(std::span<const std::uint64_t>(&s, 1)).bytes());
     });
   }
 
@@ -135,13 +138,19 @@ class PsAsync final : public Algorithm {
     params_ = params.data();
     // Only the released gradient (its noise already added by the mechanism) leaves here.
     std::vector<int> tickets;
-    for (int k : others_) {
-      const auto g = mine.values().subspan(range(k).first, range(k).second - range(k).first);
-      tickets.push_back(service_->call(k, static_cast<std::uint32_t>(k), ix(t), std::as_bytes(g),
-                                       std::as_writable_bytes(std::span(reply_[ix(k)]))));
-    }
+    mechanism_.exchange(mine, [&](Wire<const float> released) {
+      for (int k : others_) {
+        const auto g = released.subspan(range(k).first, range(k).second - range(k).first);
+        tickets.push_back(service_->call(k, static_cast<std::uint32_t>(k), ix(t), g.bytes(),
+                                         std::as_writable_bytes(std::span(reply_[ix(k)]))));
+      }
+    });
     const std::size_t n = shard_.size();
-    if (is_server()) note(serve(rank_, t, mine.part(begin_, n), params.subspan(begin_, n)));
+    if (is_server()) {
+      note(serve(rank_, t, mine.part(begin_, n), [&](Wire<const float> shard) {
+        std::copy(shard.values().begin(), shard.values().end(), params.subspan(begin_).begin());
+      }));
+    }
     for (std::size_t i = 0; i < tickets.size(); ++i) {
       const int k = others_[i];
       const auto& in = reply_[ix(k)];
@@ -187,9 +196,10 @@ class PsAsync final : public Algorithm {
   long long slowest() const { return *std::min_element(clock_.begin(), clock_.end()); }
 
   // Applies worker w's step-t gradient shard, holds the reply while w is more than
-  // max_staleness steps ahead of the slowest worker, writes the shard into `out` and returns
-  // the gradient's staleness. Gives up by failing the service (top: Blame).
-  std::uint64_t serve(int w, long long t, const dp::PrivateGradient& g, std::span<float> out) {
+  // max_staleness steps ahead of the slowest worker, hands the shard to `emit` (under the lock)
+  // and returns the gradient's staleness. Gives up by failing the service (top: Blame).
+  std::uint64_t serve(int w, long long t, const dp::PrivateGradient& g,
+                      const std::function<void(Wire<const float>)>& emit) {
     std::unique_lock lock(mu_);
     if (clock_[ix(w)] != t)
       service_->fail(w, Code::data_loss, text(pre(), "worker ", w, " step ", t, " out of order"));
@@ -226,12 +236,13 @@ class PsAsync final : public Algorithm {
       cv_.wait_for(lock, std::chrono::milliseconds(50));  // a failure is polled, not signalled
     }
     last_version_[ix(w)] = slowest();
-    std::copy(shard_.begin(), shard_.end(), out.begin());
+    emit(public_model(std::span<const float>(shard_)));  // the optimiser's, from released gradients
     return staleness;
   }
 
   const TrainConfig& config_;
   collective::Communicator& comm_;
+  dp::GaussianMechanism& mechanism_;
   std::size_t n_;  // parameters
   int servers_, rank_, world_;
   long long steps_;

@@ -39,12 +39,11 @@ int ps_servers(int configured, int world) {
 namespace {
 
 std::span<std::byte> bytes_of(std::span<float> v) { return std::as_writable_bytes(v); }
-std::span<const std::byte> bytes_of(std::span<const float> v) { return std::as_bytes(v); }
 
 class PsSync final : public Algorithm {
  public:
   explicit PsSync(const AlgoSetup& s)
-      : transport_(s.comm->transport()),
+      : comm_(*s.comm),
         mechanism_(s.mechanism),
         num_params_(s.num_params),
         servers_(ps_servers(s.config.servers, s.comm->world())),
@@ -78,7 +77,7 @@ class PsSync final : public Algorithm {
     if (is_server()) {
       for (int w = 0; w < world_; ++w) {
         if (w == rank_) continue;
-        pushes_.push_back(transport_.recv(
+        pushes_.push_back(comm_.recv(
             w, {kOpPsPush, round, 0},
             bytes_of(std::span<float>(inbox_).subspan(static_cast<std::size_t>(w) * len, len))));
       }
@@ -86,7 +85,7 @@ class PsSync final : public Algorithm {
     for (int s = 0; s < servers_; ++s) {
       if (s == rank_) continue;
       const auto [b, e] = shard_range(num_params_, servers_, s);
-      pulls_.push_back(transport_.recv(s, {kOpPsPull, round, 0}, bytes_of(params.subspan(b, e - b))));
+      pulls_.push_back(comm_.recv(s, {kOpPsPull, round, 0}, bytes_of(params.subspan(b, e - b))));
     }
     // The push: only the released gradient (its noise added by the mechanism) leaves here. The
     // exchange hands this server's range back summed over every worker.
@@ -95,11 +94,10 @@ class PsSync final : public Algorithm {
       for (int s = 0; s < servers_; ++s) {
         if (s == rank_) continue;
         const auto [b, e] = shard_range(num_params_, servers_, s);
-        handles_.push_back(transport_.send(s, {kOpPsPush, round, 0},
-                                           bytes_of(std::span<const float>(g.subspan(b, e - b)))));
+        handles_.push_back(comm_.send(s, {kOpPsPush, round, 0}, released.subspan(b, e - b).bytes()));
       }
       if (!is_server()) return;
-      for (auto h : pushes_) transport_.wait(h);
+      for (auto h : pushes_) comm_.wait(h);
       // The sum in rank order, the same on every server whatever the arrival order.
       std::copy_n(rank_ == 0 ? g.data() + mb : inbox_.data(), len, sum_.begin());
       for (int w = 1; w < world_; ++w) {
@@ -115,12 +113,12 @@ class PsSync final : public Algorithm {
       for (int w = 0; w < world_; ++w) {
         if (w == rank_) continue;
         handles_.push_back(
-            transport_.send(w, {kOpPsPull, round, 0}, bytes_of(std::span<const float>(*shard_))));
+            comm_.send(w, {kOpPsPull, round, 0}, public_model(std::span<const float>(*shard_)).bytes()));
       }
       std::copy(shard_->begin(), shard_->end(), params.begin() + static_cast<std::ptrdiff_t>(mb));
     }
-    for (auto h : pulls_) transport_.wait(h);
-    for (auto h : handles_) transport_.wait(h);
+    for (auto h : pulls_) comm_.wait(h);
+    for (auto h : handles_) comm_.wait(h);
   }
 
   // A server's shard is its slice of the model after every step, which the trainer keeps; its
@@ -147,7 +145,7 @@ class PsSync final : public Algorithm {
   };
   bool is_server() const { return rank_ < servers_; }
 
-  net::Transport& transport_;
+  collective::Communicator& comm_;
   dp::GaussianMechanism& mechanism_;
   std::size_t num_params_;
   int servers_, rank_, world_;

@@ -118,13 +118,17 @@ CASES = [
                           "| `lr` | `1` | rate |\n| `algo` | `all-reduce` | which |\n"
                           "| `trace` | `\"\"` | file |\n"},
      "docs/TRAINING.md: the config field `hidden`", "config"),
+    ("an algorithm that sends on the transport",
+     {"runtime/train/algo_ps_sync.cc": "void f(Comm& comm_) {\n  comm_.send(1, {}, w);  // ok\n"
+                                       "  comm_.transport().send(1, {}, bytes);\n}\n"},
+     "runtime/train/algo_ps_sync.cc:3: transport...send( posts a send", "wire"),
     ("a default the docs have wrong",
      {"docs/TRAINING.md": "| field | default | meaning |\n| --- | --- | --- |\n"
                           "| `lr` | `0.1` | rate |\n| `algo` | `all-reduce` | which |\n"
                           "| `trace` | `\"\"` | file |\n| `hidden` | `[256, 10]` | widths |\n"},
      "docs/TRAINING.md:3: `lr`'s default is `0.1` here and 1.0", "config"),
 ]
-CHECKS = "includes,meson,algos,config,walkthrough"
+CHECKS = "includes,wire,meson,algos,config,walkthrough"
 
 
 def run(checker, root, only):

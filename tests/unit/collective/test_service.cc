@@ -58,17 +58,16 @@ TEST_CASE("service: requests answered out of order, by peer, op and round") {
   auto errors = run(3, 5s, [&](dpg::net::Transport& t) {
     Service s(t, kOp, "test", kOps);
     if (t.rank() == 0) {
-      s.serve({1, 2}, 0, [&](const Service::Request& r, std::span<const std::byte> in,
-                             std::span<std::byte> out) {
+      s.serve({1, 2}, 0, [&](const Service::Request& r, dpg::Wire<const std::byte> in,
+                             Service::Reply& out) {
         if (r.op == 1) return;
         // Peer 1's first request waits until peer 2's has been answered.
         if (r.peer == 1 && r.seq == 0) {
           while (!second_done.load()) std::this_thread::sleep_for(1ms);
         }
-        double x;
-        std::memcpy(&x, in.data(), sizeof x);
+        double x = in.as<double>().values()[0];
         x = x * r.peer + static_cast<double>(r.round);
-        std::memcpy(out.data(), &x, sizeof x);
+        out.put(0, dpg::public_value(std::span<const double>(&x, 1)).bytes());
       });
       s.drain(2);
       s.join();
@@ -77,7 +76,7 @@ TEST_CASE("service: requests answered out of order, by peer, op and round") {
     for (uint64_t round = 0; round < 2; ++round) {
       const double x = 10.0;
       double y = 0;
-      const int ticket = s.call(0, 0, 100 + round, std::as_bytes(std::span(&x, 1)),
+      const int ticket = s.call(0, 0, 100 + round, dpg::public_value(std::span<const double>(&x, 1)).bytes(),
                                 std::as_writable_bytes(std::span(&y, 1)));
       s.wait(ticket);
       if (y != 10.0 * t.rank() + 100 + static_cast<double>(round)) {
@@ -94,8 +93,8 @@ TEST_CASE("service: a handler's failure names its culprit to every waiter, once"
   auto errors = run(3, 3s, [&](dpg::net::Transport& t) {
     Service s(t, kOp, "test", kOps);
     if (t.rank() == 0) {
-      s.serve({1, 2}, 0, [&](const Service::Request& r, std::span<const std::byte>,
-                             std::span<std::byte>) {
+      s.serve({1, 2}, 0, [&](const Service::Request& r, dpg::Wire<const std::byte>,
+                             Service::Reply&) {
         if (r.peer == 1) {
           throw Blame(2, dpg::Code::deadline_exceeded,
                       "rank 0: test: held peer 1's request waiting for peer 2");
@@ -107,7 +106,7 @@ TEST_CASE("service: a handler's failure names its culprit to every waiter, once"
     }
     const double x = 1.0;
     double y = 0;
-    s.wait(s.call(0, 0, 0, std::as_bytes(std::span(&x, 1)), std::as_writable_bytes(std::span(&y, 1))));
+    s.wait(s.call(0, 0, 0, dpg::public_value(std::span<const double>(&x, 1)).bytes(), std::as_writable_bytes(std::span(&y, 1))));
     if (t.rank() == 1 && s.culprit() != 2) throw dpg::Error(dpg::Code::internal, "wrong culprit");
   });
   CAPTURE(errors[0]);
@@ -122,8 +121,8 @@ TEST_CASE("service: a drain returns once every client's requests are answered") 
   auto errors = run(3, 5s, [&](dpg::net::Transport& t) {
     Service s(t, kOp, "test", kOps);
     if (t.rank() == 0) {
-      s.serve({1, 2}, 5, [&](const Service::Request& r, std::span<const std::byte>,
-                             std::span<std::byte>) {
+      s.serve({1, 2}, 5, [&](const Service::Request& r, dpg::Wire<const std::byte>,
+                             Service::Reply&) {
         if (r.op == 0) {
           std::this_thread::sleep_for(20ms);
           ++handled;
@@ -140,7 +139,7 @@ TEST_CASE("service: a drain returns once every client's requests are answered") 
     for (uint64_t round = 5; round < 8; ++round) {
       const double x = 0;
       double y = 0;
-      s.wait(s.call(0, 0, round, std::as_bytes(std::span(&x, 1)),
+      s.wait(s.call(0, 0, round, dpg::public_value(std::span<const double>(&x, 1)).bytes(),
                     std::as_writable_bytes(std::span(&y, 1))));
     }
     s.finish({0});
@@ -155,7 +154,7 @@ TEST_CASE("service: a dead server fails its client within the timeout, naming it
     if (t.rank() == 0) return;  // never serves
     const double x = 0;
     double y = 0;
-    s.wait(s.call(0, 0, 0, std::as_bytes(std::span(&x, 1)), std::as_writable_bytes(std::span(&y, 1))));
+    s.wait(s.call(0, 0, 0, dpg::public_value(std::span<const double>(&x, 1)).bytes(), std::as_writable_bytes(std::span(&y, 1))));
   });
   const auto took = std::chrono::steady_clock::now() - start;
   CAPTURE(errors[1]);

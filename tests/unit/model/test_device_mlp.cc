@@ -383,7 +383,7 @@ TEST_CASE("device: SGD with momentum, weight decay and Nesterov matches the CPU 
         for (float& v : g) v = static_cast<float>(rng.normal());
         dev->upload_gradient(g);
         dev->sgd_step(d);
-        sgd.apply(cpu.params(), dpg::dp::PrivateGradient::from_peer(g, 1.0));
+        sgd.apply(cpu.params(), dpg::dp::PrivateGradient::from_peer(dpg::arrived(std::span<const float>(g)), 1.0));
       }
       std::vector<float> p(cpu.num_params());
       dev->download_params(p);
