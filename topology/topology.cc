@@ -1,5 +1,6 @@
 #include "topology/topology.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <utility>
@@ -158,6 +159,52 @@ void require_connected(const std::vector<Topology>& period, const std::string& w
     fail(Code::invalid_argument, where + ": disconnected" +
                                      (period.size() > 1 ? " over the whole period" : "") + ": " +
                                      problem);
+}
+
+std::vector<std::vector<int>> undirected_union(const std::vector<Topology>& period) {
+  const int n = period.front().peers();
+  std::vector<std::vector<int>> adj(static_cast<std::size_t>(n));
+  for (const auto& g : period) {
+    for (int r = 0; r < n; ++r) {
+      const auto nb = g.neighbourhood(r);
+      auto& a = adj[static_cast<std::size_t>(r)];
+      a.insert(a.end(), nb.recv_from.begin(), nb.recv_from.end());
+      a.insert(a.end(), nb.send_to.begin(), nb.send_to.end());
+    }
+  }
+  for (auto& a : adj) {
+    std::sort(a.begin(), a.end());
+    a.erase(std::unique(a.begin(), a.end()), a.end());
+  }
+  return adj;
+}
+
+TwoColouring two_colouring(const std::vector<std::vector<int>>& adj) {
+  TwoColouring out;
+  std::vector<int>& colour = out.colour;
+  colour.assign(adj.size(), -1);
+  std::vector<std::size_t> queue;
+  for (std::size_t root = 0; root < adj.size(); ++root) {
+    if (colour[root] >= 0) continue;
+    colour[root] = 0;
+    queue.assign(1, root);
+    for (std::size_t head = 0; head < queue.size(); ++head) {
+      const std::size_t u = queue[head];
+      for (int v : adj[u]) {
+        int& c = colour[static_cast<std::size_t>(v)];
+        if (c < 0) {
+          c = 1 - colour[u];
+          queue.push_back(static_cast<std::size_t>(v));
+        } else if (c == colour[u]) {
+          out.odd_u = static_cast<int>(u);
+          out.odd_v = v;
+          colour.clear();
+          return out;
+        }
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace dpg::topology

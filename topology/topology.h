@@ -61,4 +61,18 @@ std::string unreachable(const std::vector<std::vector<int>>& flows_to);
 // reach peer 0". Also rejects an empty period and mismatched peer counts.
 void require_connected(const std::vector<Topology>& period, const std::string& where);
 
+// The undirected union of the graphs of `period` (all with the same peers, not empty): each
+// peer's neighbours in either direction, ascending, without itself.
+std::vector<std::vector<int>> undirected_union(const std::vector<Topology>& period);
+
+// A 2-colouring of an undirected graph (`adj`: neighbour lists, both directions): 0 or 1 per
+// peer, breadth first from the lowest peer of each component, so every peer computes the same.
+// When the graph has an odd cycle, `colour` is empty and odd_u, odd_v are the two peers of an
+// edge that closes one.
+struct TwoColouring {
+  std::vector<int> colour;
+  int odd_u = -1, odd_v = -1;
+};
+TwoColouring two_colouring(const std::vector<std::vector<int>>& adj);
+
 }  // namespace dpg::topology

@@ -25,31 +25,13 @@
 #include "runtime/core/rng.h"
 #include "runtime/net/ops.h"
 #include "runtime/train/algorithms.h"
+#include "topology/topology.h"
 
 namespace dpg::train {
 namespace {
 
 using net::kOpAdPsgd;  // runtime/net/ops.h
 std::string prefix(int rank) { return rank_prefix(rank) + "ad-psgd: "; }
-
-// The undirected graph of the run: the union of the first phase's period, both directions.
-std::vector<std::vector<int>> undirected(const GossipPhase& phase) {
-  const int n = phase.period.front().peers();
-  std::vector<std::vector<int>> adj(static_cast<std::size_t>(n));
-  for (const auto& g : phase.period) {
-    for (int r = 0; r < n; ++r) {
-      const auto nb = g.neighbourhood(r);
-      auto& a = adj[static_cast<std::size_t>(r)];
-      a.insert(a.end(), nb.recv_from.begin(), nb.recv_from.end());
-      a.insert(a.end(), nb.send_to.begin(), nb.send_to.end());
-    }
-  }
-  for (auto& a : adj) {
-    std::sort(a.begin(), a.end());
-    a.erase(std::unique(a.begin(), a.end()), a.end());
-  }
-  return adj;
-}
 
 }  // namespace
 
@@ -63,33 +45,17 @@ std::vector<int> ad_psgd_roles(const std::vector<GossipPhase>& phases, int rank)
                                      phases.front().label + "\") is not supported");
   }
   const GossipPhase& phase = phases.front();
-  const auto adj = undirected(phase);
-  const std::size_t n = adj.size();
-  std::vector<int> colour(n, -1);
-  std::vector<std::size_t> queue;
-  for (std::size_t root = 0; root < n; ++root) {
-    if (colour[root] >= 0) continue;
-    colour[root] = 0;
-    queue.assign(1, root);
-    for (std::size_t head = 0; head < queue.size(); ++head) {
-      const std::size_t u = queue[head];
-      for (int v : adj[u]) {
-        auto& c = colour[static_cast<std::size_t>(v)];
-        if (c < 0) {
-          c = 1 - colour[u];
-          queue.push_back(static_cast<std::size_t>(v));
-        } else if (c == colour[u]) {
-          fail(Code::invalid_argument,
-               prefix(rank) + "the graph \"" + phase.label + "\" of " + std::to_string(n) +
-                   " peers is not bipartite (it has an odd cycle through peers " +
-                   std::to_string(u) + " and " + std::to_string(v) +
-                   "): ad-psgd pairs active with passive peers and needs a bipartite graph "
-                   "(e.g. an even ring, a hypercube, a torus with even sides)");
-        }
-      }
-    }
+  const auto two = topology::two_colouring(topology::undirected_union(phase.period));
+  if (two.colour.empty()) {
+    fail(Code::invalid_argument,
+         prefix(rank) + "the graph \"" + phase.label + "\" of " +
+             std::to_string(phase.period.front().peers()) +
+             " peers is not bipartite (it has an odd cycle through peers " +
+             std::to_string(two.odd_u) + " and " + std::to_string(two.odd_v) +
+             "): ad-psgd pairs active with passive peers and needs a bipartite graph "
+             "(e.g. an even ring, a hypercube, a torus with even sides)");
   }
-  return colour;
+  return two.colour;
 }
 
 namespace {
@@ -112,7 +78,7 @@ class AdPsgdAlgorithm final : public Algorithm {
                                        std::to_string(comm_.world()));
     }
     active_ = colour[static_cast<std::size_t>(rank_)] == 0;
-    neighbours_ = undirected(s.phases.front())[static_cast<std::size_t>(rank_)];
+    neighbours_ = topology::undirected_union(s.phases.front().period)[static_cast<std::size_t>(rank_)];
     (active_ ? reply_ : pending_).assign(s.num_params, 0.0f);
     if (!active_) answer_.assign(s.num_params, 0.0f);
     DPG_INFO("train: ad-psgd on " << label_ << ": this peer is "

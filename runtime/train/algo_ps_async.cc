@@ -13,19 +13,10 @@
 // the slowest, and the slowest never waits. The staleness of an applied gradient is the version
 // at apply minus that of the reply it was computed from; the rule bounds it by max_staleness (0:
 // every gradient is fresh, as in synchronous SGD). Counting single updates would scale with N.
-// Blame. A hold ends at the service's first failure, naming its culprit. The slowest worker's
-// responder is waiting for that worker's next push, and its wait finds the culprit (transport.h's
-// liveness): the worker itself when it is dead, silent or busy past the timeout, or, when it is
-// alive and blocked on another server, the failure its own wait then reports. The held worker's
-// wait goes on meanwhile, its server being alive and waiting. A hold that outlasts twice the
-// timeout (no verdict came) fails naming the slowest worker; going down names this rank.
-// Evaluations. A collective message over the early queue's bound (1 MiB, transport.h) that comes
-// before its receive holds back its peer's later messages: a reply behind a model's broadcast
-// would never come. So release() drains the service (every worker's steps so far answered, the
-// replies sent) before any collective; no worker pushes again before the next boundary, whose
-// messages (a stop flag, a barrier) fit the queue; save() drains for the boundary's state. The
-// released model is the servers' shards, broadcast by each: every peer evaluates the model they
-// hold (replicas_differ() is false); an average of the iterates (ema) is the workers' mean.
+// Blame: a hold ends at the service's first failure, which the slowest worker's responder finds
+// through the transport's liveness; after twice the timeout it names the slowest worker.
+// Evaluations: release() and save() drain the service first (a reply must not queue behind a
+// collective's large message). docs/PARAMETER_SERVER.md says why, in full.
 #include <algorithm>
 #include <array>
 #include <atomic>

@@ -281,3 +281,33 @@ TEST_CASE("Schedule: phases, at, peers_of") {
   CHECK(has(rejected({topo::Schedule::phase(0, "half", {make("one-peer-exponential", 8)[1]})}),
             "disconnected"));
 }
+
+TEST_CASE("two_colouring: even rings, hypercubes and tori colour; odd cycles name an edge") {
+  for (const auto& [kind, n] : std::vector<std::pair<std::string, int>>{
+           {"ring", 6}, {"hypercube", 8}, {"torus", 16}}) {
+    CAPTURE(kind);
+    const auto adj = topo::undirected_union(topo::make({kind, n, "metropolis", 0, 0}));
+    const auto two = topo::two_colouring(adj);
+    REQUIRE(two.colour.size() == static_cast<std::size_t>(n));
+    CHECK(two.colour[0] == 0);
+    for (int u = 0; u < n; ++u) {
+      for (int v : adj[static_cast<std::size_t>(u)]) {
+        CHECK(two.colour[static_cast<std::size_t>(u)] != two.colour[static_cast<std::size_t>(v)]);
+      }
+    }
+  }
+  for (const auto& [kind, n] : std::vector<std::pair<std::string, int>>{
+           {"ring", 5}, {"complete", 4}, {"torus", 9}}) {
+    CAPTURE(kind);
+    const auto adj = topo::undirected_union(topo::make({kind, n, "metropolis", 0, 0}));
+    const auto two = topo::two_colouring(adj);
+    CHECK(two.colour.empty());
+    REQUIRE(two.odd_u >= 0);
+    const auto& nu = adj[static_cast<std::size_t>(two.odd_u)];
+    CHECK(std::find(nu.begin(), nu.end(), two.odd_v) != nu.end());  // an edge of the graph
+  }
+  // The union over the period: one-peer-exponential's rounds each link i with i + 2^t only.
+  const auto period = topo::make({"one-peer-exponential", 8, "metropolis", 0, 0});
+  CHECK(period.size() == 3);
+  CHECK(topo::undirected_union(period)[0] == std::vector<int>{1, 2, 4, 6, 7});
+}
