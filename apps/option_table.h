@@ -9,6 +9,7 @@
 #include <concepts>
 #include <functional>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,7 +66,17 @@ OptionRow<O> option(T O::*m, std::string flag, std::string help, Rule rule = {})
     if constexpr (std::same_as<T, bool>) {
       cmd.add_flag(flag, o.*m, help);
     } else {
-      cmd.add_option(flag, o.*m, help)->capture_default_str();
+      CLI::Option* opt = cmd.add_option(flag, o.*m, help)->capture_default_str();
+      // An unsigned member would take "-1" as its largest value: a sign is refused first.
+      if constexpr (std::is_unsigned_v<T>) {
+        opt->check(CLI::Validator(
+            [](std::string& in) {
+              const auto at = in.find_first_not_of(" \t");
+              return at != std::string::npos && in[at] == '-' ? "must be >= 0, got " + in
+                                                              : std::string();
+            },
+            "", "unsigned"));
+      }
     }
   };
   row.check = [m, flag, rule](const O& o) -> std::optional<Refusal> {

@@ -126,3 +126,16 @@ TEST_CASE("bench allreduce: a value out of range is named by its flag") {
   CHECK(refusal(allreduce({"--secure-aggregation", "--tls"}))
             .starts_with("--secure-aggregation: not with --tls"));
 }
+
+TEST_CASE("bench allreduce: an unsigned option refuses a sign instead of wrapping it") {
+  for (const char* flag : {"--segment-bytes", "--slot-bytes", "--direct-min-bytes"}) {
+    CAPTURE(flag);
+    try {
+      (void)allreduce({flag, "-1"});
+      FAIL("parsed");
+    } catch (const CLI::ValidationError& e) {
+      CHECK(std::string(e.what()) == std::string(flag) + ": must be >= 0, got -1");
+    }
+  }
+  CHECK(allreduce({"--segment-bytes", "1024"}).segment_bytes == 1024);
+}
