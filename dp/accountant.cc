@@ -217,7 +217,7 @@ Accountant Accountant::from_json(const nlohmann::json& j, const std::string& whe
                                   "\"), got \"" + mechanism + "\"");
   }
   const nlohmann::json& history = root.at("history");
-  if (!history.is_array()) root.fail_at("history", "expected an array, got " + history.dump());
+  if (!history.is_array()) root.fail_at("history", "expected an array, got " + quote(history));
 
   Accountant acc = skellam ? Accountant::skellam() : Accountant(kind);
   for (size_t k = 0; k < history.size(); ++k) {

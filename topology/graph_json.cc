@@ -48,7 +48,7 @@ void reject_unknown(const Json& g, const Place& at, std::initializer_list<std::s
 }
 
 int peer_index(const Json& v, int n, const Place& at) {
-  if (!v.is_number_integer()) at.fail("expected a peer index, got " + v.dump());
+  if (!v.is_number_integer()) at.fail("expected a peer index, got " + quote(v));
   const long long p = v.get<long long>();
   if (p < 0 || p >= n)
     at.fail("peer " + std::to_string(p) + " out of range for " + std::to_string(n) + " peers");
@@ -64,7 +64,7 @@ Topology from_matrix(const Json& g, const Place& at, Connectivity connectivity) 
   const int n = static_cast<int>(m.size());
   if (g.contains("peers") && g.at("peers") != Json(n))
     (at / "peers")
-        .fail("is " + g.at("peers").dump() + " but the matrix has " + std::to_string(n) + " rows");
+        .fail("is " + quote(g.at("peers")) + " but the matrix has " + std::to_string(n) + " rows");
   std::vector<double> w;
   w.reserve(static_cast<std::size_t>(n) * n);
   for (std::size_t i = 0; i < m.size(); ++i) {
@@ -72,10 +72,10 @@ Topology from_matrix(const Json& g, const Place& at, Connectivity connectivity) 
     if (!row.is_array() || row.size() != m.size())
       (at / "matrix" / i)
           .fail("expected a row of " + std::to_string(n) + " numbers (a square matrix), got " +
-                row.dump());
+                quote(row));
     for (std::size_t j = 0; j < row.size(); ++j) {
       if (!row[j].is_number())
-        (at / "matrix" / i / j).fail("expected a number, got " + row[j].dump());
+        (at / "matrix" / i / j).fail("expected a number, got " + quote(row[j]));
       w.push_back(row[j].get<double>());
     }
   }
@@ -95,14 +95,14 @@ std::vector<Edge> read_edges(const Json& edges, int n, bool directed, const Plac
     const Json& e = edges[k];
     const Place here = at / k;
     if (!e.is_array() || (e.size() != 2 && e.size() != 3))
-      here.fail("expected [i, j] or [i, j, w], got " + e.dump());
+      here.fail("expected [i, j] or [i, j, w], got " + quote(e));
     Edge edge{peer_index(e[0], n, here / std::size_t{0}),
               peer_index(e[1], n, here / std::size_t{1}), 0};
     if (edge.from == edge.to)
       here.fail("a self-loop; self weights are implied (1 - the row's other weights)");
     if (e.size() == 3) {
       if (!e[2].is_number() || !std::isfinite(e[2].get<double>()) || !(e[2].get<double>() > 0))
-        (here / std::size_t{2}).fail("expected a weight > 0, got " + e[2].dump());
+        (here / std::size_t{2}).fail("expected a weight > 0, got " + quote(e[2]));
       edge.weight = e[2].get<double>();
     }
     if (k > 0 && (e.size() == 3) != (out.front().weight > 0))
@@ -111,7 +111,7 @@ std::vector<Edge> read_edges(const Json& edges, int n, bool directed, const Plac
                          ? std::pair{edge.from, edge.to}
                          : std::pair{std::min(edge.from, edge.to), std::max(edge.from, edge.to)};
     if (!seen.insert(key).second)
-      here.fail("duplicate edge " + e.dump() + (directed ? "" : " (edges are undirected)"));
+      here.fail("duplicate edge " + quote(e) + (directed ? "" : " (edges are undirected)"));
     out.push_back(edge);
   }
   return out;
@@ -125,12 +125,12 @@ Topology from_edges(const Json& g, const Place& at, const std::string& default_r
   const Json& pj = g.at("peers");
   if (!pj.is_number_integer() || pj.get<long long>() < 1 || pj.get<long long>() > kMaxPeers)
     (at / "peers")
-        .fail("expected an integer in [1, " + std::to_string(kMaxPeers) + "], got " + pj.dump());
+        .fail("expected an integer in [1, " + std::to_string(kMaxPeers) + "], got " + quote(pj));
   const int n = pj.get<int>();
   bool directed = false;
   if (g.contains("directed")) {
     if (!g.at("directed").is_boolean())
-      (at / "directed").fail("expected true or false, got " + g.at("directed").dump());
+      (at / "directed").fail("expected true or false, got " + quote(g.at("directed")));
     directed = g.at("directed").get<bool>();
   }
   std::string rule = default_rule;
@@ -139,7 +139,7 @@ Topology from_edges(const Json& g, const Place& at, const std::string& default_r
     const auto& rules = weight_rules();
     if (!r.is_string() ||
         std::find(rules.begin(), rules.end(), r.get<std::string>()) == rules.end())
-      (at / "weights").fail("expected \"metropolis\", \"uniform\" or \"lazy\", got " + r.dump());
+      (at / "weights").fail("expected \"metropolis\", \"uniform\" or \"lazy\", got " + quote(r));
     rule = r.get<std::string>();
   }
   const std::vector<Edge> edges = read_edges(g.at("edges"), n, directed, at / "edges");
@@ -177,7 +177,7 @@ Topology from_edges(const Json& g, const Place& at, const std::string& default_r
 
 Topology one_graph(const Json& g, const Place& at, const std::string& rule,
                    Connectivity connectivity) {
-  if (!g.is_object()) at.fail("expected a JSON object (a graph), got " + g.dump());
+  if (!g.is_object()) at.fail("expected a JSON object (a graph), got " + quote(g));
   if (g.contains("rounds")) (at / "rounds").fail("rounds cannot be nested");
   if (g.contains("matrix")) return from_matrix(g, at, connectivity);
   return from_edges(g, at, rule, connectivity);

@@ -57,7 +57,13 @@ Json parse_json_text(std::string_view text, const std::string& where) {
   // thing twice is more likely a mistake than a wish, so the parse refuses it.
   std::vector<std::set<std::string>> keys;  // of each object being parsed
   std::string duplicate;
-  const Json::parser_callback_t check = [&](int, Json::parse_event_t event, Json& parsed) {
+  const Json::parser_callback_t check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    const bool opens = event == Json::parse_event_t::object_start ||
+                       event == Json::parse_event_t::array_start;
+    if (opens && depth >= kMaxJsonDepth) {
+      fail(Code::invalid_argument, where + ": nested more than " + std::to_string(kMaxJsonDepth) +
+                                       " levels deep, the most a JSON input may be");
+    }
     switch (event) {
       case Json::parse_event_t::object_start: keys.emplace_back(); break;
       case Json::parse_event_t::object_end:
@@ -87,6 +93,8 @@ Json parse_json_text(std::string_view text, const std::string& where) {
   }
   return j;
 }
+
+std::string quote(const Json& v) { return shorten(v.dump()); }
 
 namespace {
 
@@ -187,25 +195,25 @@ const Json& JsonReader::at(const std::string& key) const {
 
 double JsonReader::number(const std::string& key) const {
   const Json& v = at(key);
-  if (!v.is_number()) fail_at(key, "expected a number, got " + v.dump());
+  if (!v.is_number()) fail_at(key, "expected a number, got " + quote(v));
   return v.get<double>();
 }
 
 long long JsonReader::integer(const std::string& key) const {
   const Json& v = at(key);
-  if (!v.is_number_integer()) fail_at(key, "expected an integer, got " + v.dump());
+  if (!v.is_number_integer()) fail_at(key, "expected an integer, got " + quote(v));
   return v.get<long long>();
 }
 
 bool JsonReader::boolean(const std::string& key) const {
   const Json& v = at(key);
-  if (!v.is_boolean()) fail_at(key, "expected true or false, got " + v.dump());
+  if (!v.is_boolean()) fail_at(key, "expected true or false, got " + quote(v));
   return v.get<bool>();
 }
 
 std::string JsonReader::string(const std::string& key) const {
   const Json& v = at(key);
-  if (!v.is_string()) fail_at(key, "expected a string, got " + v.dump());
+  if (!v.is_string()) fail_at(key, "expected a string, got " + quote(v));
   return v.get<std::string>();
 }
 

@@ -17,13 +17,21 @@ using Json = nlohmann::json;
 // real one (a hosts file of 65,536 peers is a few MiB), and a bound on what reading a pipe or a
 // device costs.
 inline constexpr std::size_t kMaxJsonFileBytes = std::size_t{256} << 20;
+// The deepest nesting a JSON input may have: real inputs nest 4 deep at most (a graph schedule's
+// rounds of edges). Code that walks or prints a document (dump(), comparisons) recurses once per
+// level, so a document a few hundred thousand brackets deep would overflow the stack.
+inline constexpr int kMaxJsonDepth = 64;
 
 // Parses a JSON file; throws Error(not_found / invalid_argument) naming the file on failure: a
 // missing or unreadable file, a folder, more than kMaxJsonFileBytes, bad JSON.
 Json read_json_file(const std::string& path);
 // Parses JSON text with the same checks as read_json_file (which reads the file and calls this):
-// errors (invalid_argument) start with `where`; the same key twice in one object is refused.
+// errors (invalid_argument) start with `where`; the same key twice in one object, and nesting
+// deeper than kMaxJsonDepth, are refused.
 Json parse_json_text(std::string_view text, const std::string& where);
+
+// A value from an input, as an error quotes it: its JSON cut to 40 characters (shorten()).
+std::string quote(const Json& v);
 
 // How write_file_atomic makes a file durable.
 struct AtomicWriteOptions {

@@ -33,7 +33,7 @@ long long integer_at(const Json& entry, const std::string& key, const std::strin
                      const std::string& path) {
   if (!entry.contains(key)) bad(where, path + "." + key, "missing");
   const Json& v = entry.at(key);
-  if (!v.is_number_integer()) bad(where, path + "." + key, "expected an integer, got " + v.dump());
+  if (!v.is_number_integer()) bad(where, path + "." + key, "expected an integer, got " + quote(v));
   // Unsigned values beyond long long would wrap; they are out of every range checked here.
   if (v.is_number_unsigned() && v.get<unsigned long long>() > 1ULL << 62) return 1LL << 62;
   return v.get<long long>();
@@ -46,14 +46,14 @@ std::string path_at(const Json& object, const std::string& key, const std::strin
   const Json& v = object.at(key);
   if (!v.is_string() || v.get<std::string>().empty())
     bad(where, path.empty() ? key : path + "." + key,
-        "expected a non-empty string (a file path), got " + v.dump());
+        "expected a non-empty string (a file path), got " + quote(v));
   return v.get<std::string>();
 }
 
 TlsFiles parse_tls(const Json& tls, const std::string& where) {
   if (!tls.is_object())
     bad(where, "tls", "expected an object {\"ca_file\", \"cert_file\", \"key_file\"}, got " +
-                          tls.dump());
+                          quote(tls));
   for (const auto& [key, value] : tls.items()) {
     if (key != "ca_file" && key != "cert_file" && key != "key_file")
       bad(where, "tls." + key, "unknown field (expected ca_file, cert_file, key_file)");
@@ -100,7 +100,7 @@ std::string read_secret_file(const std::string& path, const std::string& field) 
 PeerAddress parse_peer(const Json& entry, size_t index, const std::string& where, long long& rank) {
   const std::string path = peer_path(index);
   if (!entry.is_object()) bad(where, path, "expected an object {\"rank\", \"host\", \"port\"}, got " +
-                                               entry.dump());
+                                               quote(entry));
   for (const auto& [key, value] : entry.items()) {
     if (key != "rank" && key != "host" && key != "port" && key != "cert_file" && key != "key_file")
       bad(where, path + "." + key,
@@ -111,7 +111,7 @@ PeerAddress parse_peer(const Json& entry, size_t index, const std::string& where
   if (!entry.contains("host")) bad(where, path + ".host", "missing");
   const Json& host = entry.at("host");
   if (!host.is_string() || host.get<std::string>().empty())
-    bad(where, path + ".host", "expected a non-empty string, got " + host.dump());
+    bad(where, path + ".host", "expected a non-empty string, got " + quote(host));
   const long long port = integer_at(entry, "port", where, path);
   if (port < 1 || port > 65535)
     bad(where, path + ".port", "expected a port in 1..65535, got " + std::to_string(port));
@@ -251,7 +251,7 @@ HostsFile parse_hosts(const Json& doc, const std::string& where) {
   const Json& list = doc.at("peers");
   if (!list.is_array() || list.empty())
     bad(where, "peers", "expected a non-empty array of {\"rank\", \"host\", \"port\"}, got " +
-                            list.dump());
+                            quote(list));
   if (list.size() > static_cast<size_t>(kMaxWorld))
     bad(where, "peers", std::to_string(list.size()) + " peers; a run has at most " +
                             std::to_string(kMaxWorld));

@@ -253,8 +253,8 @@ Checkpoint CheckpointDir::read(long long step) const {
   const Json& m = c.meta;
   if (!m.contains("step") || m["step"] != step || !m.contains("rank") || m["rank"] != rank_) {
     fail(Code::data_loss, path + ": written for step " +
-                              (m.contains("step") ? m["step"].dump() : "?") + " of rank " +
-                              (m.contains("rank") ? m["rank"].dump() : "?") + ", not step " +
+                              (m.contains("step") ? quote(m["step"]) : "?") + " of rank " +
+                              (m.contains("rank") ? quote(m["rank"]) : "?") + ", not step " +
                               std::to_string(step) + " of rank " + std::to_string(rank_));
   }
   return c;

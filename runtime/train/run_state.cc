@@ -145,7 +145,7 @@ void check_same_run(const Checkpoint& ck, const RunIdentity& id) {
                      {"message_sigma", id.plan.message_sigma}};
   if (m.value("plan", Json()) != plan) {
     refuse("written under another privacy plan (" + show(m.value("plan", Json())) + ", now " +
-           plan.dump() + "): did the data or the peers' shards change?");
+           quote(plan) + "): did the data or the peers' shards change?");
   }
   if (m.value("shard_rows", Json()) != Json(id.shard_rows)) {
     refuse("written for a shard of " + show(m.value("shard_rows", Json())) + " rows, /data has " +

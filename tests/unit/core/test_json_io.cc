@@ -140,3 +140,22 @@ TEST_CASE("json_io: a folder, or an input without end, is an error naming the fi
     CHECK(std::string(e.what()).find("/dev/zero: longer than") != std::string::npos);
   }
 }
+
+TEST_CASE("json_io: nesting past kMaxJsonDepth is refused naming the input; a quote is cut short") {
+  const auto nested = [](int depth, const std::string& inner) {
+    return "{\"lr\": " + std::string(static_cast<std::size_t>(depth), '[') + inner +
+           std::string(static_cast<std::size_t>(depth), ']') + "}";
+  };
+  // The object is level 0: kMaxJsonDepth - 1 arrays inside it still parse, one more does not.
+  CHECK_NOTHROW(dpg::parse_json_text(nested(dpg::kMaxJsonDepth - 1, "1"), "c.json"));
+  CHECK_THROWS_WITH_AS(dpg::parse_json_text(nested(dpg::kMaxJsonDepth, "1"), "c.json"),
+                       "c.json: nested more than 64 levels deep, the most a JSON input may be",
+                       dpg::Error);
+  // A few hundred thousand brackets (what crashed the error report before the bound).
+  CHECK_THROWS_WITH_AS(dpg::parse_json_text(nested(300000, ""), "c.json"),
+                       doctest::Contains("nested more than 64 levels"), dpg::Error);
+  const dpg::Json long_value = std::string(1 << 20, 'x');
+  const std::string q = dpg::quote(long_value);
+  CHECK(q.size() < 100);
+  CHECK(q.rfind("\"xxxx", 0) == 0);
+}
