@@ -41,19 +41,21 @@ void tanh_backward(float* g, const float* a, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) g[i] *= 1.0f - a[i] * a[i];
 }
 
+std::size_t argmax(const float* z, std::size_t classes) {
+  std::size_t best = 0;
+  for (std::size_t c = 1; c < classes; ++c) {
+    if (z[c] > z[best]) best = c;
+  }
+  return best;
+}
+
 std::size_t softmax_xent(const float* logits, const std::int32_t* labels, std::size_t rows,
                          std::size_t classes, float* loss, float* grad) {
   std::size_t correct = 0;
   for (std::size_t r = 0; r < rows; ++r) {
     const float* z = logits + r * classes;
-    std::size_t best = 0;
-    float zmax = z[0];
-    for (std::size_t c = 1; c < classes; ++c) {
-      if (z[c] > zmax) {
-        zmax = z[c];
-        best = c;
-      }
-    }
+    const std::size_t best = argmax(z, classes);
+    const float zmax = z[best];
     float sum = 0.0f;
     for (std::size_t c = 0; c < classes; ++c) sum += expf(z[c] - zmax);
     const auto label = static_cast<std::size_t>(labels[r]);

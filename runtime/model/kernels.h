@@ -16,8 +16,11 @@ void bias_only(float* z, const float* bias, std::size_t rows, std::size_t cols);
 void relu_backward(float* g, const float* a, std::size_t n);
 void tanh_backward(float* g, const float* a, std::size_t n);
 
+// The predicted class of one row of logits: the first largest (0 for a row of NaNs).
+std::size_t argmax(const float* z, std::size_t classes);
+
 // Per row of logits (rows, classes): loss = logsumexp - logit[label]; when grad is not null,
-// grad = softmax - onehot(label). Returns the number of rows whose argmax equals the label.
+// grad = softmax - onehot(label). Returns the number of rows whose argmax() equals the label.
 std::size_t softmax_xent(const float* logits, const std::int32_t* labels, std::size_t rows,
                          std::size_t classes, float* loss, float* grad);
 

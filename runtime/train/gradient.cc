@@ -5,6 +5,7 @@
 
 #include "dp/clip.h"
 #include "runtime/core/error.h"
+#include "runtime/model/kernels.h"
 
 namespace dpg::train {
 
@@ -56,10 +57,19 @@ dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& 
       scale.resize(batch);
       model.per_example_sq_norms(ws, sq_norms);
       stats.dropped = dp::clip_factors(sq_norms, mechanism.options().clip_norm, scale);
-      stats.loss_sum = 0.0;  // over the examples kept: a dropped one may have a non-finite loss
+      // The loss and accuracy over the examples kept, as the count of seen examples is: a
+      // dropped one may have a non-finite loss, and counted correct it could lift the epoch's
+      // accuracy above 100%.
+      stats.loss_sum = 0.0;
+      const auto classes = static_cast<std::size_t>(model.spec().classes);
       for (std::size_t i = 0; i < batch; ++i) {
         stats.clipped += (scale[i] < 1.0f && scale[i] > 0.0f) ? 1 : 0;
-        if (scale[i] != 0.0f) stats.loss_sum += ws.loss[i];
+        if (scale[i] != 0.0f) {
+          stats.loss_sum += ws.loss[i];
+        } else if (model::kernels::argmax(ws.act.back().data() + i * classes, classes) ==
+                   static_cast<std::size_t>(labels[i])) {
+          --stats.correct;
+        }
       }
     }
   }

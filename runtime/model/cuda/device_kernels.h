@@ -284,7 +284,7 @@ struct CountOf {
     Counts c;
     const float s = scale != nullptr ? scale[i] : 1.0f;
     c.loss = s != 0.0f ? static_cast<double>(loss[i]) : 0.0;
-    c.correct = correct[i];
+    c.correct = s != 0.0f ? correct[i] : 0;  // over the examples kept, as the loss
     c.dropped = s == 0.0f ? 1 : 0;
     c.clipped = (s < 1.0f && s > 0.0f) ? 1 : 0;
     return c;

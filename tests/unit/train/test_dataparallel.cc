@@ -118,3 +118,40 @@ TEST_CASE("N-peer all-reduce DP-SGD with noise off equals one peer over the unio
     CHECK(moved > 1e-2);
   }
 }
+
+TEST_CASE("private_gradient: a dropped example counts in neither the loss nor the accuracy") {
+  // Rows 1 and 3 hold a NaN: their logits are NaN, whose argmax is class 0, their label; counted
+  // correct, the accuracy over the kept rows could pass 100%.
+  model::Mlp m(spec(), 7);
+  dp::GaussianMechanism mech(m.num_params(), mechanism_options(), 1, 0);
+  Batch b;
+  Rng rng(5);
+  for (int i = 0; i < 6; ++i) {
+    b.labels.push_back(0);
+    for (int j = 0; j < kCols; ++j) b.x.push_back(static_cast<float>(rng.normal()));
+  }
+  b.x[1 * kCols] = b.x[3 * kCols + 2] = std::nanf("");
+  model::Workspace ws;
+  ws.resize(m.spec(), b.labels.size());
+  std::copy(b.x.begin(), b.x.end(), ws.input().begin());
+  train::StepBuffers buffers;
+  train::StepStats stats;
+  (void)train::private_gradient(m, ws, b.labels, mech, buffers, stats);
+  CHECK(stats.dropped == 2);
+  // The kept rows alone, through the same model: the same correct count and loss.
+  Batch kept;
+  for (int i : {0, 2, 4, 5}) {
+    kept.labels.push_back(0);
+    kept.x.insert(kept.x.end(), b.x.begin() + i * kCols, b.x.begin() + (i + 1) * kCols);
+  }
+  model::Workspace wk;
+  wk.resize(m.spec(), kept.labels.size());
+  std::copy(kept.x.begin(), kept.x.end(), wk.input().begin());
+  m.forward(wk);
+  const std::size_t correct = m.loss_and_backward(kept.labels, wk, false);
+  double loss = 0;
+  for (float l : wk.loss) loss += l;
+  CHECK(stats.correct == correct);
+  CHECK(stats.correct <= stats.batch - stats.dropped);
+  CHECK(stats.loss_sum == doctest::Approx(loss));
+}
