@@ -276,6 +276,7 @@ ConfigField field(T TrainConfig::*m, std::string key, std::string flag, std::str
   f.parse = [m](TrainConfig& c, const std::string& s) { c.*m = value_from_text<T>(s); };
   f.show = [m](const TrainConfig& c) { return text_of(c.*m); };
   f.check = [m, key, rule](const TrainConfig& c) { check_rule(key, c.*m, rule); };
+  f.is_default = [m](const TrainConfig& c) { return c.*m == TrainConfig{}.*m; };
   return f;
 }
 
@@ -358,19 +359,24 @@ std::vector<ConfigField> make_table() {
             between(0, 1e9)),
       field(&C::servers, "servers", "--servers",
             "ps-sync / ps-async: ranks 0..K-1 each hold a contiguous shard of the parameters",
-            between(1, 1024)),
+            between(1, 1024))
+          .only_with({Algo::ps_sync, Algo::ps_async}),
       field(&C::max_staleness, "max_staleness", "--max-staleness",
             "ps-async: a worker more than K steps ahead of the slowest waits for its reply",
-            between(0, 1e6)),
+            between(0, 1e6))
+          .only_with({Algo::ps_async}),
       field(&C::local_steps, "local_steps", "--local-steps",
-            "local-sgd: local DP steps between model averages", between(1, 1e6)),
+            "local-sgd: local DP steps between model averages", between(1, 1e6))
+          .only_with({Algo::local_sgd}),
       field(&C::bucket_bytes, "bucket_bytes", "--bucket-bytes",
             "allreduce: 0 = one all-reduce of the gradient after the backward pass; else "
             "all-reduce buckets of this many bytes as the backward pass produces them",
-            between(0, 1099511627776.0)),
+            between(0, 1099511627776.0))
+          .only_with({Algo::allreduce}),
       field(&C::hierarchical, "hierarchical", "--hierarchical",
             "allreduce, local-sgd: sum (average) within each host (the hosts file's host) "
-            "first: a reduce-scatter there, each shard across hosts, an all-gather back"),
+            "first: a reduce-scatter there, each shard across hosts, an all-gather back")
+          .only_with({Algo::allreduce, Algo::local_sgd}),
       field(&C::timeout_s, "timeout_s", "--timeout-s", "timeout of every network wait, in seconds",
             positive_up_to(1e6))
           .control(),
@@ -478,7 +484,15 @@ DeviceChoice parse_device(const std::string& device) {
 }
 
 void validate(const TrainConfig& c) {
-  for (const auto& f : config_fields()) f.check(c);
+  for (const auto& f : config_fields()) {
+    f.check(c);
+    if (f.only_for.empty() || f.is_default(c)) continue;
+    if (std::find(f.only_for.begin(), f.only_for.end(), c.algo) != f.only_for.end()) continue;
+    std::vector<std::string> names;
+    for (Algo a : f.only_for) names.push_back(to_string(a));
+    bad("/" + f.key + ": only with algo " + or_list(names) + ", not " + to_string(c.algo) +
+        ", which would ignore it (leave it out, or at its default " + f.show(TrainConfig{}) + ")");
+  }
   parse_device(c.device);
   // Rules between fields.
   if (c.dp && !(c.noise_multiplier > 0) && !(c.target_epsilon > 0)) {

@@ -237,6 +237,10 @@ struct ConfigField {
   std::function<void(TrainConfig&, const std::string&)> parse;
   std::function<std::string(const TrainConfig&)> show;  // as the flag would take it
   std::function<void(const TrainConfig&)> check;        // the range; throws "/key: ..."
+  std::function<bool(const TrainConfig&)> is_default;   // the value TrainConfig{} has
+  // The algorithms the field means something to (empty: all). validate() refuses another value
+  // than the default with any other algorithm, rather than ignore it.
+  std::vector<Algo> only_for;
 
   // Table modifiers: field(...).per_peer(), field(...).secret_value().
   ConfigField per_peer() && {
@@ -249,6 +253,10 @@ struct ConfigField {
   }
   ConfigField control() && {
     run_control = true;
+    return std::move(*this);
+  }
+  ConfigField only_with(std::vector<Algo> algos) && {
+    only_for = std::move(algos);
     return std::move(*this);
   }
 };

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -64,7 +65,7 @@ dpg::TrainConfig unusual() {
   c.max_staleness = 0;
   c.local_steps = 8;
   c.bucket_bytes = 1 << 20;
-  c.hierarchical = true;  // beside buckets: allowed, since the algorithm is not allreduce
+  c.hierarchical = true;  // of allreduce and local-sgd: unusual_valid() resets it
   c.trace = "t.json";
   c.accountant = dpg::PrivacyAccountant::rdp;
   c.checkpoint_dir = "ck";
@@ -81,8 +82,26 @@ dpg::TrainConfig unusual() {
 
 }  // namespace
 
+// Whether field f means something to algorithm a (ConfigField::only_for).
+bool applies(const dpg::ConfigField& f, dpg::Algo a) {
+  return f.only_for.empty() ||
+         std::find(f.only_for.begin(), f.only_for.end(), a) != f.only_for.end();
+}
+
+// unusual(), with the fields of other algorithms than its own at their defaults (validate()
+// refuses them otherwise).
+dpg::TrainConfig unusual_valid() {
+  const dpg::TrainConfig u = unusual();
+  dpg::Json j = dpg::to_json(u);
+  const dpg::Json d = dpg::to_json(dpg::TrainConfig{});
+  for (const auto& f : dpg::config_fields()) {
+    if (!applies(f, u.algo)) j[f.key] = d[f.key];
+  }
+  return dpg::train_config_from_json(j, "unusual:");
+}
+
 TEST_CASE("train config: a non-default config survives to_json and back") {
-  const dpg::TrainConfig c = unusual();
+  const dpg::TrainConfig c = unusual_valid();
   const dpg::Json j = dpg::to_json(c);
   CHECK(j.size() == dpg::config_fields().size());
   CHECK(j["algo"] == "ps-async");
@@ -94,9 +113,39 @@ TEST_CASE("train config: a non-default config survives to_json and back") {
   CHECK(back.topology_schedule == c.topology_schedule);
   CHECK(back.hidden == c.hidden);
   CHECK(back.algo == dpg::Algo::ps_async);
-  // Every field differs from its default, so the round trip is a real one.
+  // Every field of ps-async differs from its default, so the round trip is a real one.
   const dpg::Json d = dpg::to_json(dpg::TrainConfig{});
-  for (const auto& f : dpg::config_fields()) CHECK_MESSAGE(d[f.key] != j[f.key], f.key);
+  for (const auto& f : dpg::config_fields()) {
+    if (applies(f, c.algo)) CHECK_MESSAGE(d[f.key] != j[f.key], f.key);
+  }
+}
+
+TEST_CASE("train config: a field of some algorithms is refused, not ignored, with the others") {
+  const dpg::Json u = dpg::to_json(unusual());
+  int seen = 0;
+  for (const auto& f : dpg::config_fields()) {
+    if (f.only_for.empty()) continue;
+    CAPTURE(f.key);
+    ++seen;
+    for (dpg::Algo a : {dpg::Algo::single, dpg::Algo::allreduce, dpg::Algo::gossip,
+                        dpg::Algo::ps_sync, dpg::Algo::ps_async, dpg::Algo::local_sgd,
+                        dpg::Algo::ad_psgd}) {
+      CAPTURE(dpg::to_string(a));
+      const dpg::Json j = {{"algo", dpg::to_string(a)}, {f.key, u[f.key]}};
+      const std::string e = error_of(j);
+      if (applies(f, a)) {
+        CHECK(e == "");
+        CHECK(dpg::to_json(dpg::train_config_from_json(j, "x"))[f.key] == u[f.key]);
+      } else {
+        CHECK(has(e, "cfg.json:/" + f.key + ": only with algo "));
+        CHECK(has(e, "not " + dpg::to_string(a)));
+        // Its default is accepted with any algorithm (a config that lists every field).
+        CHECK(error_of({{"algo", dpg::to_string(a)},
+                        {f.key, dpg::to_json(dpg::TrainConfig{})[f.key]}}) == "");
+      }
+    }
+  }
+  CHECK(seen == 5);  // servers, max_staleness, local_steps, bucket_bytes, hierarchical
 }
 
 TEST_CASE("train config: the defaults are the recipe's") {
@@ -143,7 +192,7 @@ TEST_CASE("train config: out-of-range numbers name the field") {
   CHECK(has(error_of({{"local_steps", 0}}), "cfg.json:/local_steps"));
   CHECK(has(error_of({{"max_staleness", -1}}), "cfg.json:/max_staleness"));
   CHECK(has(error_of({{"bucket_bytes", 1LL << 41}}), "cfg.json:/bucket_bytes"));
-  CHECK(error_of({{"bucket_bytes", 1LL << 40}}).empty());
+  CHECK(error_of({{"algo", "allreduce"}, {"bucket_bytes", 1LL << 40}}).empty());
   CHECK(has(error_of({{"hidden", {256, -1}}}), "cfg.json:/hidden"));
   CHECK(has(error_of({{"seed", -1}}), "cfg.json:/seed: must be non-negative"));
   CHECK(has(error_of({{"threads", 1.5}}), "cfg.json:/threads: expected an integer"));
@@ -174,12 +223,14 @@ TEST_CASE("train config: the hash ignores exactly the per-peer fields") {
   const dpg::Json changed = dpg::to_json(other);
   std::set<std::string> ignored, not_trained;
   for (const auto& f : dpg::config_fields()) {
-    // The defaults with this one field taken from `unusual`.
+    // The defaults (with an algorithm the field applies to) with this one field from `unusual`.
     dpg::Json j = dpg::to_json(base);
+    if (!f.only_for.empty() && f.key != "algo") j["algo"] = dpg::to_string(f.only_for.front());
+    const dpg::TrainConfig b = dpg::train_config_from_json(j, "x");
     j[f.key] = changed[f.key];
     const dpg::TrainConfig c = dpg::train_config_from_json(j, "x");
-    if (dpg::shared_settings_hash(c) == dpg::shared_settings_hash(base)) ignored.insert(f.key);
-    if (dpg::training_settings_hash(c) == dpg::training_settings_hash(base)) {
+    if (dpg::shared_settings_hash(c) == dpg::shared_settings_hash(b)) ignored.insert(f.key);
+    if (dpg::training_settings_hash(c) == dpg::training_settings_hash(b)) {
       not_trained.insert(f.key);
     }
     CHECK(f.shared == !per_peer.count(f.key));

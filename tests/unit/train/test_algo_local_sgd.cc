@@ -81,9 +81,11 @@ TEST_CASE("local-sgd with four local steps learns, and the last average makes th
 
 TEST_CASE("local_steps and bucket_bytes are validated") {
   TrainConfig c;
+  c.algo = Algo::local_sgd;
   c.local_steps = 0;
   CHECK_THROWS_WITH_AS(validate(c), doctest::Contains("local_steps"), Error);
-  c.local_steps = 1;
+  c = TrainConfig{};
+  c.algo = Algo::allreduce;
   c.bucket_bytes = -1;
   CHECK_THROWS_WITH_AS(validate(c), doctest::Contains("bucket_bytes"), Error);
 }
