@@ -15,6 +15,7 @@
 #include "apps/commands.h"
 #include "apps/config_flags.h"
 #include "apps/device_setup.h"
+#include "apps/emulation.h"
 #include "apps/gossip_setup.h"
 #include "apps/guards.h"
 #include "apps/trace_output.h"
@@ -64,6 +65,7 @@ struct TrainFlags {
   std::string hosts;            // hosts file: this process is one peer of it
   std::optional<int> rank;      // default: from the launcher's environment
   bool tls = false;             // TLS on every connection, with the hosts file's certificates
+  EmulationFlags emulation;     // --network, --link, --slowdown
 };
 
 // Applies each flag that was given on the command line over the config read from the file.
@@ -178,41 +180,59 @@ void check_noise_seed(const TrainConfig& c, int world) {
 // depend on each other, so each is destroyed before what it uses.
 struct Links {
   std::unique_ptr<net::Transport> transport;
+  std::unique_ptr<net::Transport> shaped;  // the emulated network over it (--network, --link)
   std::optional<net::TracingTransport> traced;
   std::optional<collective::Communicator> comm;
 };
 
-void connect(Links& links, const TrainConfig& c, const TrainFlags& flags, const Peers& peers,
-             const train::AlgoInfo& algo, const std::vector<train::GossipPhase>& phases,
-             trace::Tracer& tracer) {
-  net::LinkOptions link;
-  link.timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
-  link.connect_timeout = link.timeout;
-  // The hosts file's topology is part of what the peers must share when a run uses it.
-  link.config_hash = shared_settings_hash(c) ^ (peers.hosts.topology.is_null()
-                                                    ? 0
-                                                    : fnv1a64(peers.hosts.topology.dump()));
-  // An algorithm that overlaps communication with computation needs a progress thread.
-  link.progress_thread = algo.overlaps(c);
-  net::TcpOptions tcp;
-  tcp.tls = flags.tls;
+// The peers rank `rank` connects to: the collectives' (the initial broadcast, evaluation and
+// metrics), plus the algorithm's own (gossip: the neighbours of every graph of the run).
+std::set<int> peers_of(int rank, const TrainConfig& c, const Peers& peers,
+                       const train::AlgoInfo& algo, const std::vector<train::GossipPhase>& phases) {
   const collective::Options copt;
-  // The collectives' peers (the initial broadcast, evaluation and metrics), plus the
-  // algorithm's own (gossip: the neighbours of every graph of the run).
   std::set<int> talk_to;
-  for (int p : collective::peers_needed(peers.rank, peers.world(), copt)) talk_to.insert(p);
-  for (int p : algo.peers(c, peers.rank, peers.world(), phases)) talk_to.insert(p);
+  for (int p : collective::peers_needed(rank, peers.world(), copt)) talk_to.insert(p);
+  for (int p : algo.peers(c, rank, peers.world(), phases)) talk_to.insert(p);
   if (c.hierarchical) {
-    for (int p : collective::hierarchical_peers(peers.rank, host_ids(peers.hosts), copt)) {
+    for (int p : collective::hierarchical_peers(rank, host_ids(peers.hosts), copt)) {
       talk_to.insert(p);
     }
   }
+  return talk_to;
+}
+
+void connect(Links& links, const TrainConfig& c, const TrainFlags& flags, const Peers& peers,
+             const train::AlgoInfo& algo, const std::vector<train::GossipPhase>& phases,
+             const net::NetworkShape& network, trace::Tracer& tracer) {
+  net::LinkOptions link;
+  link.timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
+  link.connect_timeout = link.timeout;
+  // The hosts file's topology and the emulated network are part of what the peers must share
+  // when a run uses them.
+  const std::string emulated = network.describe();
+  link.config_hash = shared_settings_hash(c) ^
+                     (peers.hosts.topology.is_null() ? 0 : fnv1a64(peers.hosts.topology.dump())) ^
+                     (emulated.empty() ? 0 : fnv1a64("network " + emulated));
+  // An algorithm that overlaps communication with computation needs a progress thread, and so
+  // does the shaper, whose threads send while the training thread waits.
+  link.progress_thread = algo.overlaps(c) || network.any();
+  net::TcpOptions tcp;
+  tcp.tls = flags.tls;
+  const std::set<int> talk_to = peers_of(peers.rank, c, peers, algo, phases);
   links.transport = make_transport(peers.hosts, peers.rank,
                                    std::vector<int>(talk_to.begin(), talk_to.end()), c.transport,
                                    link, tcp);
-  if (tracer.on()) links.traced.emplace(*links.transport, tracer);
-  links.comm.emplace(links.traced ? static_cast<net::Transport&>(*links.traced) : *links.transport,
-                     copt);
+  if (!emulated.empty() && peers.rank == 0) DPG_INFO("emulated network: " << emulated);
+  links.shaped = shape_links(*links.transport, network);
+  net::Transport& carrier = links.shaped ? *links.shaped : *links.transport;
+  if (tracer.on()) links.traced.emplace(carrier, tracer);
+  links.comm.emplace(links.traced ? static_cast<net::Transport&>(*links.traced) : carrier,
+                     collective::Options{});
+  if (!links.shaped) return;
+  // What the emulated links deliver, beside what they were asked.
+  auto connected = [&](int a, int b) { return peers_of(a, c, peers, algo, phases).count(b) > 0; };
+  probe_links(*links.comm, *links.shaped, network,
+              links_to_probe(network, peers.world(), connected), 0.2);
 }
 
 // Rank 0's last words on stdout without --json: where a stopped run's checkpoints are, or the
@@ -285,9 +305,12 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   // transport (off, nothing wraps and nothing is recorded).
   trace::Tracer tracer;
   open_trace(tracer, c.trace, peers.rank);
+  const net::NetworkShape network = network_of(flags.emulation, peers.world());
+  const std::vector<train::Slowdown> slowdown = slowdowns_of(flags.emulation, peers.world());
   Links links;
-  if (peers.world() > 1) connect(links, c, flags, peers, algo, phases, tracer);
+  if (peers.world() > 1) connect(links, c, flags, peers, algo, phases, network, tracer);
   collective::Communicator* comm = links.comm ? &*links.comm : nullptr;
+  if (comm && !slowdown.empty()) probe_slowdowns(*comm, slowdown);
   train::RunInputs in;
   in.config = c;
   in.data = load_or_prepare(c, peers.rank, peers.world());
@@ -296,6 +319,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   if (peers.world() > 1) in.host_of = host_ids(peers.hosts);
   in.tracer = &tracer;
   in.backends = device_backends(c);
+  in.slowdown = slowdown;
   in.hooks.stop = &g_stop_requested;
   train::Trainer trainer(std::move(in));
   const bool reporter = peers.rank == 0;
@@ -355,6 +379,7 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--tls", f->tls,
                 "TLS on every connection: the hosts file's tls.ca_file and each peer's "
                 "certificate and key (docs/SECURITY.md); every peer must use it");
+  add_network_flags(*cmd, f->emulation, true);
   cmd->callback([cmd, f] { run_train(*cmd, *f); });
 }
 

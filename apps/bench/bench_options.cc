@@ -152,7 +152,33 @@ const std::vector<OptionRow<A>>& allreduce_table() {
   return rows;
 }
 
+using L = LinkBenchOptions;
+bool local_link_peers(const L& o) { return o.hosts.empty(); }
+
+const std::vector<OptionRow<L>>& link_table() {
+  static const std::vector<OptionRow<L>> rows = {
+      option(&L::peers, "--peers", "peers on 127.0.0.1 (every pair is probed)", between(2, 64))
+          .when(local_link_peers, "(local processes)"),
+      option(&L::transport, "--transport",
+             "auto (shared memory between peers of one host, else TCP), tcp or shm",
+             check_transport),
+      option(&L::seconds, "--seconds",
+             "the bulk transfer: about this long at the asked bandwidth (16 MiB unlimited)",
+             positive_up_to(60)),
+      option(&L::pings, "--pings", "round trips of a 64-byte message (median)", between(1, 100000)),
+      option(&L::json, "--json", "one JSON object per link"),
+      option(&L::timeout_s, "--timeout-s", "timeout of every wait", positive_up_to(1e6)),
+      option(&L::hosts, "--hosts", "hosts file: run as one peer of it"),
+      option(&L::rank, "--rank", "this peer's rank (default: from the launcher's environment)"),
+      option(&L::rows_out, "--rows-out", "file for rank 0's rows (default: stdout)"),
+  };
+  return rows;
+}
+
 }  // namespace
+
+void add_link_flags(CLI::App& cmd, LinkBenchOptions& o) { add_options(cmd, o, link_table()); }
+void check(const LinkBenchOptions& o) { check_options(o, link_table()); }
 
 void add_step_flags(CLI::App& cmd, StepBenchOptions& o) { add_options(cmd, o, step_table()); }
 void add_allreduce_flags(CLI::App& cmd, AllreduceBenchOptions& o) {

@@ -65,13 +65,29 @@ struct AllreduceBenchOptions {
   int busy_poll_us = net::ShmOptions{}.busy_poll_us;
 };
 
+// `dpgossip bench link`: what each link delivers (--network and --link are added beside these,
+// apps/emulation.h).
+struct LinkBenchOptions {
+  int peers = 2;
+  std::string transport = "auto";
+  double seconds = 0.5;  // the bulk transfer's size: about this long at the asked bandwidth
+  int pings = 50;
+  bool json = false;
+  double timeout_s = 60;
+  std::string hosts;        // one peer of a multi-process run
+  std::optional<int> rank;
+  std::string rows_out;     // where rank 0 writes its rows (JSON lines); stdout when empty
+};
+
 // The flags of each command, in its table's order, bound to `o`.
 void add_step_flags(CLI::App& cmd, StepBenchOptions& o);
 void add_allreduce_flags(CLI::App& cmd, AllreduceBenchOptions& o);
+void add_link_flags(CLI::App& cmd, LinkBenchOptions& o);
 
 // Each option's rule (its table row), then the rules between options. Throws invalid_argument
 // naming the flag and the bad value: "--batch: must be at least 1, got 0".
 void check(const StepBenchOptions& o);
 void check(const AllreduceBenchOptions& o);
+void check(const LinkBenchOptions& o);
 
 }  // namespace dpg::app

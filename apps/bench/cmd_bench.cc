@@ -307,6 +307,7 @@ void add_bench(CLI::App& app) {
   add_step_flags(*step, *o);
   step->callback([o] { run_step_bench(*o); });
   add_bench_allreduce(*bench);
+  add_bench_link(*bench);
 }
 
 }  // namespace dpg::app

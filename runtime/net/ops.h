@@ -23,6 +23,9 @@ inline constexpr uint32_t kOpAdPsgd = 7;     // an ad-psgd request or reply (tra
 // A device buffer to a peer (collective/device_collectives.h's HostMemoryCollectives::exchange).
 inline constexpr uint32_t kOpDeviceExchange = 8;
 
-static_assert(kOpDeviceExchange < kOpsPerSpace, "every id of space 0 stays below kOpsPerSpace");
+// A link's probe: its pings, bulk transfer and figures (net/link_probe.h).
+inline constexpr uint32_t kOpProbe = 9;
+
+static_assert(kOpProbe < kOpsPerSpace, "every id of space 0 stays below kOpsPerSpace");
 
 }  // namespace dpg::net

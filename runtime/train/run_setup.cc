@@ -228,6 +228,8 @@ std::unique_ptr<RunState> build_state(const RunInputs& in, const dp::PrivacyPlan
                                 .device = s.device.get(),
                                 .direct = s.direct.get()});
   s.resident = s.device != nullptr && s.algorithm->updates_on_device();
+  Straggler straggler(in.slowdown, rank_of(in), 1.0 / plan.q);
+  if (straggler.active()) s.straggler.emplace(std::move(straggler));
   return state;
 }
 

@@ -21,6 +21,7 @@
 #include "runtime/model/device_mlp.h"
 #include "runtime/train/algorithm.h"
 #include "runtime/train/gossip.h"
+#include "runtime/train/straggler.h"
 
 namespace dpg::train {
 
@@ -67,6 +68,8 @@ struct RunInputs {
   // host_of[r]: rank r's host, for the hierarchical all-reduce; empty: a host per rank.
   std::vector<int> host_of;
   trace::Tracer* tracer = nullptr;
+  // Emulated slow peers (--slowdown, every peer's entries; each applies its own): straggler.h.
+  std::vector<Slowdown> slowdown;
   Backends backends;
   RunHooks hooks;
 };

@@ -25,6 +25,7 @@
 #include "runtime/train/optimizer.h"
 #include "runtime/train/report.h"
 #include "runtime/train/sampler.h"
+#include "runtime/train/straggler.h"
 
 namespace dpg::train {
 
@@ -80,6 +81,7 @@ struct RunState {
     }
   } float_route;
   std::chrono::steady_clock::time_point start;
+  std::optional<Straggler> straggler;  // with --slowdown entries for this peer
 };
 
 // Where a run stands at a step boundary, besides the state above.

@@ -93,6 +93,9 @@ class Trainer {
   // pieces when the algorithm streams them) only when the algorithm needs it there: else nullopt.
   std::optional<dp::PrivateGradient> device_gradient(RunState& s, long long t,
                                                      StepStats& stats) const;
+  // --slowdown: pauses as long as the emulated slow peer's extra compute for step t, whose
+  // gradient was computed from `worked_from` to now (straggler.h).
+  void stretch(RunState& s, long long t, std::chrono::steady_clock::time_point worked_from) const;
   // Device-resident runs: the device's parameters and moving average (and with `momentum` its
   // momentum buffer) into the host's model and average (and optimiser) when they are behind; and
   // the host's state to the device (after the start's broadcast and a resume).

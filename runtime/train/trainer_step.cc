@@ -16,6 +16,8 @@
 
 namespace dpg::train {
 
+using Clock = std::chrono::steady_clock;
+
 dp::PrivateGradient Trainer::cpu_gradient(RunState& s, long long t, StepStats& stats) const {
   // Sample this peer's batch into the workspace.
   trace::Span sample(in_.tracer, "sample", "compute");
@@ -114,6 +116,13 @@ void Trainer::push_model(RunState& s) const {
   s.host_current = true;
 }
 
+void Trainer::stretch(RunState& s, long long t, Clock::time_point worked_from) const {
+  if (!s.straggler) return;
+  trace::Span slow(in_.tracer, "slowdown", "compute");
+  s.straggler->stretch(t, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() -
+                                                                              worked_from));
+}
+
 void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& summary) const {
   const TrainConfig& c = in_.config;
   if (in_.tracer) in_.tracer->set_step(t);
@@ -122,7 +131,9 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
   s.sgd.set_lr(s.lr);
   if (s.resident) {
     s.algorithm->before_gradient_on_device(t);
+    const auto worked_from = Clock::now();
     const std::optional<dp::PrivateGradient> mine = device_gradient(s, t, stats);
+    stretch(s, t, worked_from);
     // Exchange and update, on the device.
     trace::Span update(in_.tracer, "update", "compute");
     const SgdOptions& o = s.sgd.options();
@@ -133,8 +144,10 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
     if (s.ema) s.device->average_step(static_cast<float>(s.ema->decay()));
   } else {
     s.algorithm->before_gradient(t, s.model.params());
+    const auto worked_from = Clock::now();
     const dp::PrivateGradient mine = s.device ? *device_gradient(s, t, stats)
                                               : cpu_gradient(s, t, stats);
+    stretch(s, t, worked_from);
     // Exchange and update.
     trace::Span update(in_.tracer, "update", "compute");
     s.algorithm->apply(t, mine, s.model.params(), s.sgd);

@@ -1,0 +1,172 @@
+#include "apps/emulation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/core/wire.h"
+#include "runtime/net/link_probe.h"
+#include "runtime/net/shaped_transport.h"
+
+namespace dpg::app {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kSlowdownReps = 5;
+
+// A fixed public workload of a few milliseconds: what the slowdown probe stretches.
+double workload() {
+  volatile double acc = 0;
+  double x = 1.0;
+  for (int i = 0; i < 2000000; ++i) {
+    x = x * 1.0000001 + 1e-9;
+    if ((i & 1023) == 0) acc = acc + x;
+  }
+  return acc;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string fixed(double v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+void add_network_flags(CLI::App& cmd, EmulationFlags& f, bool slowdown) {
+  cmd.add_option("--network", f.network,
+                 "network file: each link's latency, jitter, bandwidth and loss, emulated on the "
+                 "sending side (docs/HETEROGENEITY.md)");
+  cmd.add_option("--link", f.links,
+                 "one link (or default): A-B:latency=5ms,bw=100Mbit,jitter=1ms,loss=0.1% "
+                 "(repeatable; over --network)")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  if (!slowdown) return;
+  cmd.add_option("--slowdown", f.slowdown,
+                 "a slow peer: RANK:FACTOR, RANK:FACTOR@epoch:E or @step:S, or "
+                 "RANK:stall=2s/100 (a pause every 100 steps); repeatable")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+net::NetworkShape network_of(const EmulationFlags& f, int world) {
+  net::NetworkShape n;
+  if (!f.network.empty()) n = net::load_network(f.network);
+  for (const std::string& l : f.links) net::apply_link_flag(n, l);
+  n.check_ranks(world, f.network.empty() ? "--link" : f.network + " and --link");
+  return n;
+}
+
+std::vector<train::Slowdown> slowdowns_of(const EmulationFlags& f, int world) {
+  std::vector<train::Slowdown> out;
+  for (const std::string& s : f.slowdown) out.push_back(train::parse_slowdown(s));
+  train::check_slowdown_ranks(out, world);
+  return out;
+}
+
+std::unique_ptr<net::Transport> shape_links(net::Transport& inner,
+                                            const net::NetworkShape& network) {
+  if (!network.any()) return nullptr;
+  return std::make_unique<net::ShapedTransport>(inner, network);
+}
+
+std::vector<std::pair<int, int>> links_to_probe(const net::NetworkShape& network, int world,
+                                                const std::function<bool(int, int)>& connected) {
+  std::vector<std::pair<int, int>> out;
+  auto add = [&](int a, int b) {
+    if (a >= world || b >= world || !network.between(a, b).shaped()) return;
+    if (!connected(a, b) || !connected(b, a)) return;
+    if (std::find(out.begin(), out.end(), std::pair{a, b}) == out.end()) out.emplace_back(a, b);
+  };
+  if (network.fallback.over({}).shaped()) add(0, 1);
+  for (const auto& [pair, spec] : network.links) add(pair.first, pair.second);
+  return out;
+}
+
+std::vector<std::string> probe_links(collective::Communicator& comm, net::Transport& shaped,
+                                     const net::NetworkShape& network,
+                                     const std::vector<std::pair<int, int>>& pairs,
+                                     double bulk_seconds) {
+  const int me = comm.rank();
+  constexpr int kFields = 4;
+  std::vector<double> figures(pairs.size() * kFields, 0.0);
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const auto [a, b] = pairs[i];
+    if (me != a && me != b) continue;
+    net::ProbeOptions o;
+    o.bulk_bytes = net::bulk_bytes_for(network.between(a, b), bulk_seconds);
+    const net::ProbeResult r = net::probe_link(shaped, me == a ? b : a, me == a, o);
+    if (me != a) continue;
+    figures[i * kFields + 0] = static_cast<double>(r.one_way.count());
+    figures[i * kFields + 1] = static_cast<double>(r.min_one_way.count());
+    figures[i * kFields + 2] = static_cast<double>(r.max_one_way.count());
+    figures[i * kFields + 3] = r.bits_per_second;
+  }
+  // The figures are timings of synthetic messages: public.
+  comm.allreduce(public_value(std::span<double>(figures)));
+  std::vector<std::string> lines;
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    net::ProbeResult r;
+    auto ns = [](double v) { return std::chrono::nanoseconds(std::llround(v)); };
+    r.one_way = ns(figures[i * kFields + 0]);
+    r.min_one_way = ns(figures[i * kFields + 1]);
+    r.max_one_way = ns(figures[i * kFields + 2]);
+    r.bits_per_second = figures[i * kFields + 3];
+    const auto [a, b] = pairs[i];
+    lines.push_back("link " + std::to_string(a) + "-" + std::to_string(b) + ": " +
+                    net::delivered_text(network.between(a, b), r));
+    if (me == 0) DPG_INFO("emulated " << lines.back());
+  }
+  return lines;
+}
+
+std::vector<std::string> probe_slowdowns(collective::Communicator& comm,
+                                         const std::vector<train::Slowdown>& slowdown) {
+  const int me = comm.rank(), world = comm.world();
+  std::vector<double> figures(static_cast<std::size_t>(world) * 2, 0.0);
+  // The factor each peer starts with (its later ones and its stalls use the same pause).
+  train::Straggler mine(slowdown, me, 1.0);
+  double asked = 1;
+  for (const auto& s : slowdown) {
+    if (s.rank == me && s.every == 0) asked = std::max(asked, s.factor);
+  }
+  if (mine.active() && asked > 1) {
+    std::vector<train::Slowdown> probe = {{.rank = me, .factor = asked}};
+    train::Straggler stretched(probe, me, 1.0);
+    std::vector<double> plain_s, slow_s;
+    for (int i = 0; i < kSlowdownReps; ++i) {
+      auto t0 = Clock::now();
+      workload();
+      plain_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      t0 = Clock::now();
+      workload();
+      stretched.stretch(0, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0));
+      slow_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    figures[static_cast<std::size_t>(me) * 2] = asked;
+    figures[static_cast<std::size_t>(me) * 2 + 1] = median(slow_s) / median(plain_s);
+  }
+  comm.allreduce(public_value(std::span<double>(figures)));
+  std::vector<std::string> lines;
+  for (int r = 0; r < world; ++r) {
+    const double a = figures[static_cast<std::size_t>(r) * 2];
+    if (a <= 1) continue;
+    lines.push_back("rank " + std::to_string(r) + ": asked " + fixed(a, 2) +
+                    "x slower compute, delivered " +
+                    fixed(figures[static_cast<std::size_t>(r) * 2 + 1], 2) + "x");
+    if (me == 0) DPG_INFO("emulated slow peer " << lines.back());
+  }
+  return lines;
+}
+
+}  // namespace dpg::app

@@ -1,0 +1,61 @@
+// A run's emulated network and slow peers, from --network FILE, --link SPEC (repeatable) and
+// --slowdown SPEC (repeatable): the flags of `train`, `bench allreduce` and `bench link`, the
+// shaped transport over whatever transport_setup picked, and what each emulation delivers,
+// measured at the start of a run and printed by rank 0 beside what was asked.
+// docs/HETEROGENEITY.md.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "runtime/collective/communicator.h"
+#include "runtime/net/link_shape.h"
+#include "runtime/net/transport.h"
+#include "runtime/train/straggler.h"
+
+namespace dpg::app {
+
+struct EmulationFlags {
+  std::string network;                // a network file (link_shape.h)
+  std::vector<std::string> links;     // --link, applied in order over the file
+  std::vector<std::string> slowdown;  // --slowdown
+};
+
+// --network and --link; with `slowdown`, --slowdown too.
+void add_network_flags(CLI::App& cmd, EmulationFlags& f, bool slowdown);
+
+// The network of a run of `world` peers: the file, then the flags; errors name the file or the
+// flag, and a rank at or above `world`.
+net::NetworkShape network_of(const EmulationFlags& f, int world);
+std::vector<train::Slowdown> slowdowns_of(const EmulationFlags& f, int world);
+
+// A shaped transport over `inner` when some link of `network` is shaped, else null. `inner`
+// must have its progress thread (the caller sets LinkOptions::progress_thread when any()).
+std::unique_ptr<net::Transport> shape_links(net::Transport& inner,
+                                            const net::NetworkShape& network);
+
+// The links a run probes: 0-1 when the default link is shaped, and every pair the network names,
+// where both ends are connected (connected(a, b): whether rank a's transport reaches b).
+std::vector<std::pair<int, int>> links_to_probe(
+    const net::NetworkShape& network, int world,
+    const std::function<bool(int, int)>& connected);
+
+// Collective: each pair's ends probe it (in the list's order, which cannot deadlock), the
+// figures are all-reduced, and rank 0 logs one line per pair: what was asked, what it delivered.
+// Returns the lines (every rank).
+std::vector<std::string> probe_links(collective::Communicator& comm, net::Transport& shaped,
+                                     const net::NetworkShape& network,
+                                     const std::vector<std::pair<int, int>>& pairs,
+                                     double bulk_seconds);
+
+// Collective: each slowed peer times a fixed public workload plainly and stretched by its
+// starting factor (straggler.h), the figures are all-reduced, and rank 0 logs "rank R: asked Fx,
+// delivered Dx". Returns the lines.
+std::vector<std::string> probe_slowdowns(collective::Communicator& comm,
+                                         const std::vector<train::Slowdown>& slowdown);
+
+}  // namespace dpg::app
