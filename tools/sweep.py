@@ -8,17 +8,24 @@ The sweep file (docs/TOOLS.md has the full format):
   {"binary": "build/apps/dpgossip", "out": "runs/sweep", "timeout_s": 3600,
    "common": ["--epochs", "5", "--threads", "1"],
    "grid": {"algo": ["allreduce", "gossip"], "topology": ["ring", "exponential"],
-            "peers": [8], "seed": [1]},
+            "peers": [8], "seed": [1],
+            "network": {"lan": [], "slow": ["default:latency=10ms,bw=100Mbit"]},
+            "slowdown": {"even": [], "4x": ["1:4"]}},
    "runs": [{"algo": "gossip", "topology": "torus", "peers": 16, "seed": 2,
              "args": ["--lr", "0.5"]}]}
 With "trace": true every run also writes OUT/traces/NAME.json (--trace), and the table gives the
 share of its training communication hidden behind compute (tools/trace_summary.py).
 The runs are the cartesian product of "grid" (topology applies to the graph algorithms, gossip
-and ad-psgd, only: other algos run once per peers x seed) followed by the "runs" list. Each is run from the current folder as
+and ad-psgd, only: other algos run once per peers x seed) followed by the "runs" list. The grid's
+"network" and "slowdown" axes name settings: each label's list of --link specs (an emulated
+network, docs/HETEROGENEITY.md) or of --slowdown specs (slow peers); an empty list is the plain
+setting. A listed run may give "link" and "slowdown" lists too. Each is run from the current
+folder as
   BINARY launch --peers P -- train --algo A [--topology T] --seed S --run-name NAME \\
-      --metrics OUT/metrics.jsonl --json COMMON... ARGS...
-with NAME = ALGO-TOPOLOGY-nPEERS-sSEED (ALGO-nPEERS-sSEED without a topology; a listed run may
-give its own "name"), its output in
+      --metrics OUT/metrics.jsonl --json COMMON... [--link L]... [--slowdown D]... ARGS...
+with NAME = ALGO-TOPOLOGY-nPEERS-sSEED (ALGO-nPEERS-sSEED without a topology; then -NETWORK and
+-SLOWDOWN, the labels, when the grid has those axes; a listed run may give its own "name"), its
+output in
 OUT/logs/NAME.log, stopped (its whole process group) after timeout_s seconds. A failing run is
 recorded and the sweep goes on. A metrics.jsonl already in OUT is first renamed metrics.jsonl.old.
 Then OUT/convergence.png, OUT/consensus.png and OUT/accuracy_vs_gap.png (tools/plot_*.py) and
@@ -53,6 +60,8 @@ GRAPH_ALGOS = ("gossip", "ad-psgd")  # the algorithms that take a topology
 DEFAULTS = {"binary": "build/apps/dpgossip", "out": "runs/sweep", "timeout_s": 3600,
             "common": [], "grid": None, "runs": [], "trace": False}
 RUN_KEYS = ("algo", "topology", "peers", "seed")  # the keys of "grid"; "runs" adds "args"
+SETTING_KEYS = ("network", "slowdown")  # grid axes of labelled settings
+SETTING_FLAGS = {"network": "--link", "slowdown": "--slowdown"}
 PLOTS = (("convergence.png", plot_metrics), ("consensus.png", plot_consensus),
          ("accuracy_vs_gap.png", plot_gap))
 STOP_GRACE_S = 10
@@ -86,7 +95,13 @@ CHECKS = {
     "grid": (lambda v: isinstance(v, dict) and v != {}, "a non-empty object"),
     "runs": (lambda v: isinstance(v, list), "a list of objects"),
     "trace": (lambda v: isinstance(v, bool), "true or false"),
+    "link": (is_str_list, "a list of --link specs"),
+    "slowdown": (is_str_list, "a list of --slowdown specs"),
 }
+
+
+def is_label(v):
+    return isinstance(v, str) and v != "" and "/" not in v and " " not in v
 
 
 class Run(NamedTuple):
@@ -96,13 +111,17 @@ class Run(NamedTuple):
     seed: int
     args: tuple = ()
     label: Optional[str] = None  # a listed run's own "name"
+    network: Optional[str] = None  # the grid's labels of its settings
+    slowdown: Optional[str] = None
+    settings: tuple = ()  # their flags: --link L ... --slowdown D ...
 
     @property
     def name(self):
         if self.label:
             return self.label
         topo = f"-{self.topology}" if self.topology else ""
-        return f"{self.algo}{topo}-n{self.peers}-s{self.seed}"
+        tail = "".join(f"-{x}" for x in (self.network, self.slowdown) if x)
+        return f"{self.algo}{topo}-n{self.peers}-s{self.seed}{tail}"
 
 
 class Sweep(NamedTuple):
@@ -141,23 +160,51 @@ def check_required(path, where, obj, graph):
             raise SweepError(f"{path}: key '{where}': missing '{key}'{need}")
 
 
+def setting_flags(key, specs):
+    return tuple(x for spec in specs for x in (SETTING_FLAGS[key], spec))
+
+
+def grid_settings(path, grid, key):
+    """[(label, flags)] of the grid's axis `key`, or [(None, ())] without it."""
+    if key not in grid:
+        return [(None, ())]
+    axis = grid[key]
+    if not isinstance(axis, dict) or not axis:
+        raise SweepError(f"{path}: key 'grid.{key}': want a non-empty object of label: [specs], "
+                         f"got {metrics.shown(axis)}")
+    out = []
+    for label, specs in axis.items():
+        if not is_label(label):
+            raise SweepError(f"{path}: key 'grid.{key}': label {metrics.shown(label)} must be "
+                             "non-empty, without '/' or spaces")
+        check(path, f"grid.{key}.{label}", "link" if key == "network" else "slowdown", specs)
+        out.append((label, setting_flags(key, specs)))
+    return out
+
+
 def grid_runs(path, grid):
-    check_keys(path, "grid", grid, RUN_KEYS)
+    check_keys(path, "grid", grid, RUN_KEYS + SETTING_KEYS)
+    networks = grid_settings(path, grid, "network")
+    slowdowns = grid_settings(path, grid, "slowdown")
     for key, values in grid.items():
+        if key in SETTING_KEYS:
+            continue
         if not isinstance(values, list) or not values:
             raise SweepError(f"{path}: key 'grid.{key}': want a non-empty list, got "
                              f"{metrics.shown(values)}")
         for i, v in enumerate(values):
             check(path, f"grid.{key}[{i}]", key, v)
     check_required(path, "grid", grid, any(a in GRAPH_ALGOS for a in grid.get("algo", [])))
-    for algo, peers, seed in itertools.product(grid["algo"], grid["peers"], grid["seed"]):
+    for algo, peers, seed, (net, net_flags), (slow, slow_flags) in itertools.product(
+            grid["algo"], grid["peers"], grid["seed"], networks, slowdowns):
         for topology in grid["topology"] if algo in GRAPH_ALGOS else [None]:
-            yield Run(algo, topology, peers, seed)
+            yield Run(algo, topology, peers, seed, network=net, slowdown=slow,
+                      settings=net_flags + slow_flags)
 
 
 def listed_run(path, i, spec):
     where = f"runs[{i}]"
-    check_keys(path, where, spec, RUN_KEYS + ("args", "name"))
+    check_keys(path, where, spec, RUN_KEYS + ("args", "name", "link", "slowdown"))
     for key, value in spec.items():
         check(path, f"{where}.{key}", key, value)
     graph = spec.get("algo") in GRAPH_ALGOS
@@ -165,8 +212,10 @@ def listed_run(path, i, spec):
     if not graph and "topology" in spec:
         raise SweepError(f"{path}: key '{where}.topology': only {' and '.join(GRAPH_ALGOS)} "
                          "take a topology")
+    settings = setting_flags("network", spec.get("link", ())) + \
+        setting_flags("slowdown", spec.get("slowdown", ()))
     return Run(spec["algo"], spec.get("topology"), spec["peers"], spec["seed"],
-               tuple(spec.get("args", ())), spec.get("name"))
+               tuple(spec.get("args", ())), spec.get("name"), settings=settings)
 
 
 def parse_sweep(path, spec, out=None):
@@ -215,7 +264,8 @@ def command(sweep, run):
     trace = ["--trace", trace_path(sweep, run)] if sweep.trace else []
     return [sweep.binary, "launch", "--peers", str(run.peers), "--", "train",
             "--algo", run.algo, *topology, "--seed", str(run.seed), "--run-name", run.name,
-            "--metrics", metrics_path(sweep), "--json", *trace, *sweep.common, *run.args]
+            "--metrics", metrics_path(sweep), "--json", *trace, *sweep.common, *run.settings,
+            *run.args]
 
 
 def stop(proc):
@@ -357,7 +407,8 @@ def table_row(sweep, run, cmd, status, summary):
     s = summary or {}
     accuracy = s.get("test_accuracy")
     hidden = hidden_share(sweep, run)
-    cells = [run.name, run.algo, run.topology or "-", str(run.peers), str(run.seed), status,
+    cells = [run.name, run.algo, run.topology or "-", str(run.peers), str(run.seed),
+             run.network or "-", run.slowdown or "-", status,
              fmt(100 * accuracy if metrics.is_finite(accuracy) else None, ".2f"),
              fmt(s.get("epsilon"), ".3g", "no DP" if "epsilon" in s else "-"),
              fmt(s.get("message_epsilon"), ".3g", "no DP" if "message_epsilon" in s else "-"),
@@ -375,9 +426,10 @@ def write_summary(sweep, results, runs, notes):
              "each run's output: `logs/RUN.log`.", ""]
     for file, note in notes.items():
         lines += [f"![{file}]({file})" if note is None else f"{file}: {note}", ""]
-    lines += ["| run | algo | topology | peers | seed | status | test accuracy (%) | epsilon "
-              "| message epsilon | samples/s | hidden comm (%) | spectral gap | wall s | command |",
-              "|" + "---|" * 14]
+    lines += ["| run | algo | topology | peers | seed | network | slowdown | status "
+              "| test accuracy (%) | epsilon | message epsilon | samples/s | hidden comm (%) "
+              "| spectral gap | wall s | command |",
+              "|" + "---|" * 16]
     lines += [table_row(sweep, run, cmd, status,
                         runs[run.name].summary if run.name in runs else None)
               for run, cmd, status in results]

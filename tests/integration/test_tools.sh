@@ -168,11 +168,11 @@ for f in convergence.png consensus.png accuracy_vs_gap.png; do
   is_png "res2/$f" || fail "sweep wrote no PNG res2/$f: $(cat sweep.err)"
 done
 [[ $(ls res2/logs | wc -l) == 9 ]] || fail "sweep: want 9 logs, got: $(ls res2/logs)"
-grep -q "gossip-ring-n4-s3 | gossip | ring | 4 | 3 | exit 3 |" res2/summary.md ||
+grep -q "gossip-ring-n4-s3 | gossip | ring | 4 | 3 | - | - | exit 3 |" res2/summary.md ||
   fail "summary.md: no failed row: $(cat res2/summary.md)"
 grep -q "allreduce-n4-s9 .* timed out after 2 s" res2/summary.md ||
   fail "summary.md: no timed-out row: $(cat res2/summary.md)"
-grep -qE "^\| gossip-torus-n16-s2 \| gossip \| torus \| 16 \| 2 \| ok \| [0-9.]+ \| 3 \| [^|]+ \| [^|]+ \| - \| 0.0507[0-9]* " \
+grep -qE "^\| gossip-torus-n16-s2 \| gossip \| torus \| 16 \| 2 \| - \| - \| ok \| [0-9.]+ \| 3 \| [^|]+ \| [^|]+ \| - \| 0.0507[0-9]* " \
   res2/summary.md || fail "summary.md: no torus row with accuracy and gap: $(cat res2/summary.md)"
 grep -qF '`./fake launch --peers 8 -- train --algo allreduce --seed 1 ' res2/summary.md ||
   fail "summary.md: no command"
@@ -203,6 +203,23 @@ expect_sweep_error "key 'grid': missing 'topology'" '{"grid": {"algo": ["ad-psgd
 expect_sweep_error "key 'runs[0].topology': only gossip and ad-psgd take a topology" \
   '{"runs": [{"algo": "ps-sync", "peers": 4, "seed": 1, "topology": "ring"}]}'
 expect_sweep_error "key 'trace'" "{\"trace\": 1, \"runs\": [$one]}"
+expect_sweep_error "key 'grid.network': want a non-empty object" \
+  '{"grid": {"algo": ["allreduce"], "peers": [2], "seed": [1], "network": ["x"]}}'
+expect_sweep_error "key 'grid.slowdown.4x'" \
+  '{"grid": {"algo": ["allreduce"], "peers": [2], "seed": [1], "slowdown": {"4x": "1:4"}}}'
+expect_sweep_error "key 'runs[0].link'" \
+  '{"runs": [{"algo": "allreduce", "peers": 2, "seed": 1, "link": "default:latency=1ms"}]}'
+
+# The network and slowdown axes: each label's flags, and the labels in the names.
+echo '{"grid": {"algo": ["allreduce"], "peers": [4], "seed": [1],
+  "network": {"lan": [], "slow": ["default:latency=10ms,bw=100Mbit", "0-1:bw=10Mbit"]},
+  "slowdown": {"even": [], "4x": ["1:4"]}}}' >axes.json
+out=$("$PY" "$tools/sweep.py" axes.json --out axesres --dry-run) || fail "sweep axes: exit $?"
+[[ $(wc -l <<<"$out") == 4 ]] || fail "sweep axes: not 4 runs: $out"
+grep -qF -- "--run-name allreduce-n4-s1-slow-4x --metrics axesres/metrics.jsonl --json --link default:latency=10ms,bw=100Mbit --link 0-1:bw=10Mbit --slowdown 1:4" <<<"$out" ||
+  fail "sweep axes: the slow-4x run: $out"
+grep -qE -- "--run-name allreduce-n4-s1-lan-even --metrics axesres/metrics.jsonl --json$" <<<"$out" ||
+  fail "sweep axes: the plain run: $out"
 
 # Every algorithm is accepted; with "trace" every run writes its trace under traces/.
 echo '{"trace": true, "grid": {"algo": ["allreduce", "gossip", "ps-sync", "ps-async", "local-sgd",
