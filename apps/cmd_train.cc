@@ -314,6 +314,13 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   train::RunInputs in;
   in.config = c;
   in.data = load_or_prepare(c, peers.rank, peers.world());
+  std::optional<Balanced> balanced;
+  if (comm && c.balance == Balance::speed) {
+    set_activity("measuring this peer's speed for --balance speed");
+    balanced = balance_peers(*comm, c, in.data, slowdown);
+    in.peer_share = balanced->shares;
+    set_activity("training");
+  }
   in.comm = comm;
   in.phases = std::move(phases);
   if (peers.world() > 1) in.host_of = host_ids(peers.hosts);
@@ -347,6 +354,8 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   const dp::PrivacyPlan& plan = trainer.plan();
   Json s = summary.to_json(c, plan);
   s["run"] = run;
+  if (balanced) s["balance"] = balanced->to_json();
+  if (plan.peers > 1) s["peer_q"] = plan.peer_q;
   const bool stopped = summary.stopped_at >= 0;
   if (!c.metrics.empty()) {
     Json line = s;

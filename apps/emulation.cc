@@ -4,12 +4,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/core/wire.h"
 #include "runtime/net/link_probe.h"
 #include "runtime/net/shaped_transport.h"
+#include "runtime/data/peer_data.h"
+#include "runtime/train/balance.h"
+#include "runtime/train/run_state.h"
 
 namespace dpg::app {
 namespace {
@@ -17,6 +21,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kSlowdownReps = 5;
+constexpr int kSpeedPasses = 5;  // passes each peer times in its slot
 
 // A fixed public workload of a few milliseconds: what the slowdown probe stretches.
 double workload() {
@@ -167,6 +172,84 @@ std::vector<std::string> probe_slowdowns(collective::Communicator& comm,
     if (me == 0) DPG_INFO("emulated slow peer " << lines.back());
   }
   return lines;
+}
+
+// This peer's speed (examples/s), measured in a time slot of its own: one pass each at once
+// (an overestimate of a pass, under contention) sizes the slots; then each peer measures in its
+// slot while the others sleep, so peers that share a machine's cores do not slow each other's
+// measurement (a peer waiting on the network may poll). The fastest pass counts: interference
+// only ever slows one.
+double measure_alone(collective::Communicator& comm, const TrainConfig& c,
+                     const data::Prepared& data, std::size_t rows,
+                     const train::Straggler& straggler) {
+  const int me = comm.rank(), world = comm.world();
+  train::SpeedProbe probe(c, train::spec_for(c, data.train), rows,
+                          straggler.active() ? &straggler : nullptr);
+  probe.pass();  // warms the caches and the allocator
+  std::vector<double> first(static_cast<std::size_t>(world), 0.0);
+  first[static_cast<std::size_t>(me)] = probe.pass();
+  comm.allreduce(public_value(std::span<double>(first)));  // timings of synthetic work
+  const double longest = *std::max_element(first.begin(), first.end());
+  const auto slot = std::chrono::duration<double>(kSpeedPasses * longest * 1.5 + 0.02);
+  comm.barrier();
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(slot * me));
+  const auto end = t0 + std::chrono::duration_cast<Clock::duration>(slot * (me + 1));
+  double best = probe.pass();
+  for (int i = 1; i < kSpeedPasses && Clock::now() + std::chrono::duration<double>(best) < end;
+       ++i) {
+    best = std::min(best, probe.pass());
+  }
+  std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(slot * world));
+  comm.barrier();
+  return static_cast<double>(rows) / std::max(best, 1e-9);
+}
+
+Json Balanced::to_json() const {
+  return Json{{"speeds", speeds}, {"shares", shares}, {"rows", rows},
+              {"mode", moved ? "rows moved, one sampling rate" : "rates, rows in place"}};
+}
+
+Balanced balance_peers(collective::Communicator& comm, const TrainConfig& c,
+                       data::Prepared& data, const std::vector<train::Slowdown>& slowdown) {
+  const int me = comm.rank(), world = comm.world();
+  const train::Straggler straggler(slowdown, me, 1.0);  // its factor from the start
+  // The calibration batch: the expected per-peer batch of an even split, the same on every peer.
+  const auto rows = static_cast<std::size_t>(
+      std::clamp(std::round(c.batch_size / world), 1.0, 65536.0));
+  Balanced b;
+  b.speeds = train::all_speeds(comm, measure_alone(comm, c, data, rows, straggler));
+  b.shares = train::shares_of(b.speeds);
+  std::vector<double> held(static_cast<std::size_t>(world), 0.0);
+  held[static_cast<std::size_t>(me)] = static_cast<double>(data.train.rows);
+  comm.allreduce(public_value(std::span<double>(held)));  // shard sizes: public
+  double total = 0;
+  for (double r : held) total += r;
+  b.moved = data::prepared_whole(c.data);
+  if (b.moved) {
+    b.rows = train::row_counts(static_cast<std::size_t>(total), b.shares);
+    data = data::load_counted(c.data, me, b.rows, c.seed);
+    // The shares the rows give, exactly: every peer then samples at batch_size / total.
+    for (int j = 0; j < world; ++j) {
+      b.shares[static_cast<std::size_t>(j)] = static_cast<double>(b.rows[static_cast<std::size_t>(j)]) / total;
+    }
+  } else {
+    for (double r : held) b.rows.push_back(static_cast<std::size_t>(r));
+  }
+  if (me == 0) {
+    std::string s;
+    for (int j = 0; j < world; ++j) {
+      s += (j ? "; " : "") + std::string("rank ") + std::to_string(j) + " " +
+           fixed(b.speeds[static_cast<std::size_t>(j)], 0) + " examples/s, share " +
+           fixed(b.shares[static_cast<std::size_t>(j)], 3) + ", " +
+           std::to_string(b.rows[static_cast<std::size_t>(j)]) + " rows";
+    }
+    DPG_INFO("balance: " << (b.moved ? "rows re-sharded by speed (every peer samples at the "
+                                       "global rate): "
+                                     : "each peer's rate set by its speed (its rows stay): ")
+                         << s);
+  }
+  return b;
 }
 
 }  // namespace dpg::app

@@ -13,6 +13,9 @@
 #include <CLI/CLI.hpp>
 
 #include "runtime/collective/communicator.h"
+#include "runtime/core/json_io.h"
+#include "runtime/core/train_config.h"
+#include "runtime/data/dataset.h"
 #include "runtime/net/link_shape.h"
 #include "runtime/net/transport.h"
 #include "runtime/train/straggler.h"
@@ -57,5 +60,20 @@ std::vector<std::string> probe_links(collective::Communicator& comm, net::Transp
 // delivered Dx". Returns the lines.
 std::vector<std::string> probe_slowdowns(collective::Communicator& comm,
                                          const std::vector<train::Slowdown>& slowdown);
+
+// --balance speed, collectively at the start of a run: each peer's speed on public work (its
+// slowdown from the start included), the shares of the batch in proportion, and from a folder
+// prepared whole the rows re-sharded in proportion (`data` replaced by this peer's new rows), so
+// every peer keeps the global sampling rate; else the shares alone set each peer's rate. Rank 0
+// logs the speeds and shares.
+struct Balanced {
+  std::vector<double> speeds;      // examples/s on the calibration batch, by rank
+  std::vector<double> shares;      // of the batch: what the privacy plan gets
+  std::vector<std::size_t> rows;   // each peer's training rows after the balance
+  bool moved = false;              // re-sharded (true) or rates changed (false)
+  Json to_json() const;
+};
+Balanced balance_peers(collective::Communicator& comm, const TrainConfig& c,
+                       data::Prepared& data, const std::vector<train::Slowdown>& slowdown);
 
 }  // namespace dpg::app

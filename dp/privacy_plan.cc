@@ -101,7 +101,25 @@ PrivacyPlan plan_privacy(const PlanInputs& in) {
   p.q = in.batch_size / total;
   p.steps = steps_for_epochs(in.epochs, p.q);
   const double n = static_cast<double>(p.peers);
-  if (in.release == Release::summed) {
+  if (!in.peer_share.empty()) {
+    require(in.peer_share.size() == in.shard_rows.size(),
+            "peer_share needs one share per peer (" + std::to_string(in.shard_rows.size()) + ")");
+    double sum = 0;
+    for (double s : in.peer_share) {
+      require(std::isfinite(s) && s > 0, "every peer's share must be positive");
+      sum += s;
+    }
+    require(std::abs(sum - 1) < 1e-9, "the peers' shares must sum to 1");
+    for (std::size_t j = 0; j < in.shard_rows.size(); ++j) {
+      const double batch = in.batch_size * in.peer_share[j];
+      require(batch <= in.shard_rows[j],
+              "batch_size: peer " + std::to_string(j) + "'s share, " + std::to_string(batch) +
+                  ", exceeds its " + std::to_string(in.shard_rows[j]) + " examples");
+      p.peer_q.push_back(batch / in.shard_rows[j]);
+      // Summed: every peer divides by the global batch; own: by its own expected batch.
+      p.peer_batch.push_back(in.release == Release::summed ? in.batch_size : batch);
+    }
+  } else if (in.release == Release::summed) {
     p.peer_q.assign(in.shard_rows.size(), p.q);
     p.peer_batch.assign(in.shard_rows.size(), in.batch_size);
   } else {

@@ -41,6 +41,11 @@ struct PlanInputs {
   bool target_messages = false;
   std::vector<double> shard_rows;    // every peer's training examples, in rank order
   double batch_size = 1;             // expected examples per step over all peers
+  // Each peer's share of batch_size (a load balancer's, from public speeds; they sum to 1), so
+  // that peer j samples at batch_size * share_j / shard_rows[j]. Empty: the default, the global
+  // rate for every peer under a summed release and batch_size / N each under an own release.
+  // Shares proportional to the shards give every peer the global rate under either release.
+  std::vector<double> peer_share;
   double epochs = 1;
   double noise_multiplier = 0;       // given sigma; 0 = calibrate to target_epsilon
   double target_epsilon = 0;

@@ -43,6 +43,9 @@ std::string to_string(EvalSplit s) {
 std::string to_string(PrivacyTarget t) {
   return std::string(EnumNames<PrivacyTarget>::names[static_cast<int>(t)]);
 }
+std::string to_string(Balance b) {
+  return std::string(EnumNames<Balance>::names[static_cast<int>(b)]);
+}
 
 namespace {
 
@@ -377,6 +380,12 @@ std::vector<ConfigField> make_table() {
             "allreduce, local-sgd: sum (average) within each host (the hosts file's host) "
             "first: a reduce-scatter there, each shard across hosts, an all-gather back")
           .only_with({Algo::allreduce, Algo::local_sgd}),
+      field(&C::balance, "balance", "--balance",
+            "off, or speed: each peer's share of the batch proportional to its speed on public "
+            "work, measured at the start (a folder prepared whole is re-sharded, so every peer "
+            "keeps the global sampling rate; with a shard per peer its rate changes)")
+          .only_with({Algo::allreduce, Algo::gossip, Algo::ps_sync, Algo::ps_async,
+                      Algo::local_sgd, Algo::ad_psgd}),
       field(&C::timeout_s, "timeout_s", "--timeout-s", "timeout of every network wait, in seconds",
             positive_up_to(1e6))
           .control(),

@@ -42,6 +42,9 @@ enum class EvalSplit { test, validation };
 // Whose epsilon target_epsilon calibrates: the released model's, or (the stronger promise) every
 // peer's messages' (docs/PRIVACY.md, "Who is protected from whom").
 enum class PrivacyTarget { model, messages };
+// off: every peer takes the same share of the batch. speed: shares proportional to each peer's
+// measured speed on public work at the start (docs/HETEROGENEITY.md).
+enum class Balance { off, speed };
 
 // The strings of each enum, in declaration order: what JSON, the flags and to_string use.
 template <class E> struct EnumNames;
@@ -79,6 +82,9 @@ template <> struct EnumNames<EvalSplit> {
 template <> struct EnumNames<PrivacyTarget> {
   static constexpr std::string_view names[] = {"model", "messages"};
 };
+template <> struct EnumNames<Balance> {
+  static constexpr std::string_view names[] = {"off", "speed"};
+};
 
 std::string to_string(Algo a);
 std::string to_string(Activation a);
@@ -91,6 +97,7 @@ std::string to_string(PrivacyAccountant a);
 std::string to_string(TransportMode m);
 std::string to_string(EvalSplit s);
 std::string to_string(PrivacyTarget t);
+std::string to_string(Balance b);
 
 // "a", "a or b", "a, b or c": the items of a list of choices, for messages.
 template <class Items> std::string or_list(const Items& items) {
@@ -205,6 +212,10 @@ struct TrainConfig {
   int local_steps = 4;         // local-sgd: local DP steps between model averages
   long long bucket_bytes = 0;  // allreduce: 0 = one all-reduce after backward; else buckets
   bool hierarchical = false;   // allreduce, local-sgd: within each host first (hierarchical.h)
+  // Uneven peers: speed measures each peer on public work at the start and gives it a share of
+  // the batch proportional to its speed: from a data folder prepared whole, by re-sharding (the
+  // same sampling rate everywhere); from one with a shard per peer, by its sampling rate.
+  Balance balance = Balance::off;
   std::string trace;           // Chrome trace file to write ("" = none)
   // Checkpoints (docs/RELIABILITY.md). Each peer writes its own, under checkpoint_dir/rank-R.
   std::string checkpoint_dir;        // "" = none

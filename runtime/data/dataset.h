@@ -71,5 +71,10 @@ void prepare(const PrepareOptions& options);
 // PyTorch DistributedSampler style (one seeded permutation, then positions rank, rank + world, ...;
 // no padding). Any peer can compute its own shard without communication.
 std::vector<std::size_t> iid_indices(std::size_t n, int rank, int world, std::uint64_t seed);
+// Rank `rank`'s rows when the peers take counts[0], counts[1], ... of n rows (a load balancer's
+// uneven shares): consecutive runs of one seeded permutation, so the shards never overlap.
+std::vector<std::size_t> counted_indices(std::size_t n, int rank,
+                                         const std::vector<std::size_t>& counts,
+                                         std::uint64_t seed);
 
 }  // namespace dpg::data

@@ -59,6 +59,28 @@ std::vector<std::size_t> iid_indices(std::size_t n, int rank, int world, std::ui
   return mine;
 }
 
+std::vector<std::size_t> counted_indices(std::size_t n, int rank,
+                                         const std::vector<std::size_t>& counts,
+                                         std::uint64_t seed) {
+  if (rank < 0 || static_cast<std::size_t>(rank) >= counts.size()) {
+    fail(Code::invalid_argument, "rank " + std::to_string(rank) + " has no count among " +
+                                     std::to_string(counts.size()));
+  }
+  std::size_t total = 0, begin = 0;
+  for (std::size_t j = 0; j < counts.size(); ++j) {
+    if (j == static_cast<std::size_t>(rank)) begin = total;
+    total += counts[j];
+  }
+  if (total != n) {
+    fail(Code::invalid_argument, "the peers' row counts add up to " + std::to_string(total) +
+                                     ", not the " + std::to_string(n) + " rows");
+  }
+  Rng rng(seed, stream::kPartition);
+  const std::vector<std::size_t> perm = shuffled_range(n, rng);
+  return {perm.begin() + static_cast<std::ptrdiff_t>(begin),
+          perm.begin() + static_cast<std::ptrdiff_t>(begin + counts[static_cast<std::size_t>(rank)])};
+}
+
 ValidationSplit split_validation(std::size_t n, std::size_t rows, std::uint64_t seed) {
   if (rows >= n) {
     fail(Code::invalid_argument, "validation: " + std::to_string(rows) +

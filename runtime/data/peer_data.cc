@@ -19,6 +19,22 @@ Prepared load_for_peer(const std::string& dir, int rank, int world, std::uint64_
   return whole;
 }
 
+bool prepared_whole(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "manifest.json").string();
+  return JsonReader(read_json_file(path), path + ":").integer("peers") == 1;
+}
+
+Prepared load_counted(const std::string& dir, int rank, const std::vector<std::size_t>& counts,
+                      std::uint64_t seed) {
+  if (!prepared_whole(dir)) {
+    fail(Code::invalid_argument, dir + " holds a shard per peer: its rows stay with their peer "
+                                       "(prepare it whole to let a balancer move them)");
+  }
+  Prepared whole = load_prepared(dir, 0, 1);
+  whole.train = select_rows(whole.train, counted_indices(whole.train.rows, rank, counts, seed));
+  return whole;
+}
+
 void wait_for_manifest(const std::string& dir, std::chrono::milliseconds limit) {
   const auto manifest = std::filesystem::path(dir) / "manifest.json";
   const auto deadline = std::chrono::steady_clock::now() + limit;

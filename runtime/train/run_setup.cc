@@ -183,6 +183,7 @@ dp::PrivacyPlan plan_run(const RunInputs& in) {
   p.target_messages = c.target == PrivacyTarget::messages;
   p.shard_rows = rows;
   p.batch_size = c.batch_size;
+  p.peer_share = in.peer_share;
   p.epochs = c.epochs;
   p.noise_multiplier = c.noise_multiplier;
   p.target_epsilon = c.target_epsilon;

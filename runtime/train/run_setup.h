@@ -70,6 +70,8 @@ struct RunInputs {
   trace::Tracer* tracer = nullptr;
   // Emulated slow peers (--slowdown, every peer's entries; each applies its own): straggler.h.
   std::vector<Slowdown> slowdown;
+  // Each peer's share of the batch from --balance speed (balance.h), in rank order; empty: even.
+  std::vector<double> peer_share;
   Backends backends;
   RunHooks hooks;
 };

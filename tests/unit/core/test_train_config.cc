@@ -66,6 +66,7 @@ dpg::TrainConfig unusual() {
   c.local_steps = 8;
   c.bucket_bytes = 1 << 20;
   c.hierarchical = true;  // of allreduce and local-sgd: unusual_valid() resets it
+  c.balance = dpg::Balance::speed;
   c.trace = "t.json";
   c.accountant = dpg::PrivacyAccountant::rdp;
   c.checkpoint_dir = "ck";
@@ -145,7 +146,7 @@ TEST_CASE("train config: a field of some algorithms is refused, not ignored, wit
       }
     }
   }
-  CHECK(seen == 5);  // servers, max_staleness, local_steps, bucket_bytes, hierarchical
+  CHECK(seen == 6);  // servers, max_staleness, local_steps, bucket_bytes, hierarchical, balance
 }
 
 TEST_CASE("train config: the defaults are the recipe's") {

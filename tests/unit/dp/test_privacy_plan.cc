@@ -244,3 +244,44 @@ TEST_CASE("another party's calibrated multiplier: the same plan when it meets th
   in.noise_multiplier = 1.0;  // nothing to calibrate: nothing to take
   CHECK_THROWS_AS(dp::plan_with_multiplier_from(in, 1.0, "rank 0"), dpg::Error);
 }
+
+TEST_CASE("balanced shares: each peer's rate from its share, its epsilon the accountant's") {
+  // A load balancer's shares over uneven shards, with rows in place: peer j samples its rows at
+  // batch * share_j / rows_j; the worst rate sets sigma; each peer's epsilon is an account of its
+  // own (rate, sigma, steps), recomputed here by hand.
+  for (dp::Release release : {dp::Release::summed, dp::Release::own}) {
+    dp::PlanInputs in = inputs(release, {15000, 15000, 15000, 15000});
+    in.peer_share = {0.3, 0.3, 0.3, 0.1};
+    const auto p = dp::plan_privacy(in);
+    for (std::size_t j = 0; j < 4; ++j) {
+      CHECK(p.peer_q[j] == doctest::Approx(4096 * in.peer_share[j] / 15000).epsilon(1e-15));
+      CHECK(p.peer_batch[j] == doctest::Approx(release == dp::Release::summed
+                                                   ? 4096.0
+                                                   : 4096 * in.peer_share[j]));
+    }
+    CHECK(p.worst_peer == 0);
+    CHECK(p.model_after(p.steps).epsilon <= 3.0);
+    const std::vector<double> eps = p.peer_epsilons_after(p.steps);
+    for (std::size_t j = 0; j < 4; ++j) {
+      dp::Accountant a;
+      a.step(p.peer_q[j], p.model_sigma, p.steps);
+      CHECK(eps[j] == doctest::Approx(a.spent(in.delta).epsilon).epsilon(1e-12));
+      CHECK(eps[j] <= eps[0] + 1e-12);
+    }
+    CHECK(eps[3] < eps[0]);  // the slow peer samples less often
+  }
+  // Shares in proportion to re-sharded rows: every peer samples at the global rate, under either
+  // release, and no peer's epsilon passes the target.
+  for (dp::Release release : {dp::Release::summed, dp::Release::own}) {
+    dp::PlanInputs in = inputs(release, {20000, 20000, 15000, 5000});
+    in.peer_share = {20000.0 / 60000, 20000.0 / 60000, 15000.0 / 60000, 5000.0 / 60000};
+    const auto p = dp::plan_privacy(in);
+    for (double q : p.peer_q) CHECK(q == doctest::Approx(4096.0 / 60000).epsilon(1e-12));
+    for (double e : p.peer_epsilons_after(p.steps)) CHECK(e <= 3.0);
+  }
+  dp::PlanInputs bad = inputs(dp::Release::own, {15000, 15000});
+  bad.peer_share = {0.9, 0.2};
+  CHECK_THROWS_WITH_AS(dp::plan_privacy(bad), doctest::Contains("sum to 1"), dpg::Error);
+  bad.peer_share = {1.0};
+  CHECK_THROWS_WITH_AS(dp::plan_privacy(bad), doctest::Contains("one share per peer"), dpg::Error);
+}
