@@ -22,6 +22,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kSlowdownReps = 5;
 constexpr int kSpeedPasses = 5;  // passes each peer times in its slot
+constexpr int kSlotLeadMs = 50;  // from the barrier to the first slot
 
 // A fixed public workload of a few milliseconds: what the slowdown probe stretches.
 double workload() {
@@ -192,7 +193,8 @@ double measure_alone(collective::Communicator& comm, const TrainConfig& c,
   const double longest = *std::max_element(first.begin(), first.end());
   const auto slot = std::chrono::duration<double>(kSpeedPasses * longest * 1.5 + 0.02);
   comm.barrier();
-  const auto t0 = Clock::now();
+  // The first slot starts a little after the barrier, which the others may still be leaving.
+  const auto t0 = Clock::now() + std::chrono::milliseconds(kSlotLeadMs);
   std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(slot * me));
   const auto end = t0 + std::chrono::duration_cast<Clock::duration>(slot * (me + 1));
   double best = probe.pass();

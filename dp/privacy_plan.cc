@@ -116,8 +116,10 @@ PrivacyPlan plan_privacy(const PlanInputs& in) {
               "batch_size: peer " + std::to_string(j) + "'s share, " + std::to_string(batch) +
                   ", exceeds its " + std::to_string(in.shard_rows[j]) + " examples");
       p.peer_q.push_back(batch / in.shard_rows[j]);
-      // Summed: every peer divides by the global batch; own: by its own expected batch.
-      p.peer_batch.push_back(in.release == Release::summed ? in.batch_size : batch);
+      // Summed: every peer divides by the global batch. Own: by an even share of it, whatever
+      // its own share, so that every example weighs the same in the updates and every peer's
+      // update carries the same noise (a peer with a small share makes a small step).
+      p.peer_batch.push_back(in.release == Release::summed ? in.batch_size : in.batch_size / n);
     }
   } else if (in.release == Release::summed) {
     p.peer_q.assign(in.shard_rows.size(), p.q);

@@ -26,8 +26,9 @@ enum class Release {
   // Each peer's own noised gradient updates a model that others then see (gossip, local SGD,
   // asynchronous parameter server, AD-PSGD): nothing sums noise before it leaves, so every peer
   // adds the full sigma (local noise). Each takes batch_size / N expected examples of its own
-  // shard, so it samples at its own rate; sigma is calibrated for the highest rate, and each
-  // peer's epsilon comes from its own.
+  // shard (or its balanced share of batch_size: PlanInputs::peer_share), so it samples at its
+  // own rate; sigma is calibrated for the highest rate, and each peer's epsilon comes from its
+  // own.
   own,
 };
 
@@ -42,7 +43,9 @@ struct PlanInputs {
   std::vector<double> shard_rows;    // every peer's training examples, in rank order
   double batch_size = 1;             // expected examples per step over all peers
   // Each peer's share of batch_size (a load balancer's, from public speeds; they sum to 1), so
-  // that peer j samples at batch_size * share_j / shard_rows[j]. Empty: the default, the global
+  // that peer j samples at batch_size * share_j / shard_rows[j]. Its mechanism still divides by
+  // the global batch (summed) or by an even share, batch_size / N (own), so that every example
+  // weighs the same and every update carries the same noise. Empty: the default, the global
   // rate for every peer under a summed release and batch_size / N each under an own release.
   // Shares proportional to the shards give every peer the global rate under either release.
   std::vector<double> peer_share;

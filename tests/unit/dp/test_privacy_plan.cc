@@ -255,9 +255,8 @@ TEST_CASE("balanced shares: each peer's rate from its share, its epsilon the acc
     const auto p = dp::plan_privacy(in);
     for (std::size_t j = 0; j < 4; ++j) {
       CHECK(p.peer_q[j] == doctest::Approx(4096 * in.peer_share[j] / 15000).epsilon(1e-15));
-      CHECK(p.peer_batch[j] == doctest::Approx(release == dp::Release::summed
-                                                   ? 4096.0
-                                                   : 4096 * in.peer_share[j]));
+      // The denominator: the global batch, or an even share of it, whatever the peer's share.
+      CHECK(p.peer_batch[j] == doctest::Approx(release == dp::Release::summed ? 4096.0 : 1024.0));
     }
     CHECK(p.worst_peer == 0);
     CHECK(p.model_after(p.steps).epsilon <= 3.0);
