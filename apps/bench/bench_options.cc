@@ -145,6 +145,12 @@ const std::vector<OptionRow<A>>& allreduce_table() {
       option(&A::busy_poll_us, "--busy-poll-us",
              "shared memory: how long a wait polls without yielding while its peer runs "
              "(0: always yield)"),
+      option(&A::network, "--network",
+             "network file: every link's latency, jitter, bandwidth and loss, emulated on the "
+             "sending side (docs/HETEROGENEITY.md)"),
+      option(&A::links, "--link",
+             "one emulated link (or default): A-B:latency=5ms,bw=100Mbit,jitter=1ms,loss=0.1% "
+             "(repeatable; over --network)"),
       option(&A::hosts, "--hosts", "hosts file: run as one peer of it"),
       option(&A::rank, "--rank", "this peer's rank (default: from the launcher's environment)"),
       option(&A::rows_out, "--rows-out", "file for rank 0's rows (default: stdout)"),

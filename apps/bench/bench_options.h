@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -63,6 +64,8 @@ struct AllreduceBenchOptions {
   uint32_t slots = net::ShmOptions{}.slots;
   std::size_t direct_min_bytes = net::ShmOptions{}.direct_min_bytes;
   int busy_poll_us = net::ShmOptions{}.busy_poll_us;
+  std::string network;             // an emulated network (docs/HETEROGENEITY.md)
+  std::vector<std::string> links;  // --link, over the network file
 };
 
 // `dpgossip bench link`: what each link delivers (--network and --link are added beside these,

@@ -35,6 +35,7 @@
 #include "runtime/core/bench_row.h"
 #include "apps/bench/row_json.h"
 #include "apps/commands.h"
+#include "apps/emulation.h"
 #include "apps/launch.h"
 #include "apps/parse.h"
 #include "runtime/process/find.h"
@@ -128,9 +129,12 @@ Links link_options(const AllreduceBenchOptions& o) {
                                std::to_string(o.small_bytes) + "/" +
                                std::to_string(o.scratch_slots) + "/" +
                                std::to_string(o.medium_bytes) + "/" + o.transport +
-                               (o.secure_aggregation ? "/secagg" : ""));
+                               (o.secure_aggregation ? "/secagg" : "") + "/" +
+                               network_of({o.network, o.links, {}}, 1 << 20).describe());
   l.link.spin_us = o.spin_us;
-  l.link.progress_thread = o.progress_thread;
+  // The shaper's threads send while the caller waits: the transport needs its progress thread.
+  l.link.progress_thread =
+      o.progress_thread || network_of({o.network, o.links, {}}, 1 << 20).any();
   l.tcp.socket_buffer_bytes = o.socket_buffer_bytes;
   l.tcp.tls = o.tls;
   l.shm.slot_bytes = o.slot_bytes;
@@ -156,7 +160,8 @@ class PeerBench {
     }
     transport_ =
         make_transport(hosts, rank, peers, mode_of(o), links_.link, links_.tcp, links_.shm);
-    comm_.emplace(*transport_, copt_);
+    shaped_ = shape_links(*transport_, network_of({o.network, o.links, {}}, n_));
+    comm_.emplace(shaped_ ? *shaped_ : *transport_, copt_);
     if (o.hierarchical) hierarchy_.emplace(*comm_, host_ids(hosts));
     if (o.secure_aggregation) masker_.emplace(train::agree_masks(*comm_, links_.link.config_hash));
   }
@@ -255,6 +260,7 @@ class PeerBench {
   const collective::Options copt_;
   // Declared in the order they depend on each other: each is destroyed before what it uses.
   std::unique_ptr<net::Transport> transport_;
+  std::unique_ptr<net::Transport> shaped_;  // the emulated network over it (--network, --link)
   std::optional<collective::Communicator> comm_;
   std::optional<collective::Hierarchy> hierarchy_;
   std::optional<dp::PairwiseMasker> masker_;
@@ -336,6 +342,14 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o, Variant vari
                                    "--slots", std::to_string(o.slots),
                                    "--direct-min-bytes", std::to_string(o.direct_min_bytes),
                                    "--busy-poll-us", std::to_string(o.busy_poll_us)};
+  if (!o.network.empty()) {
+    args.push_back("--network");
+    args.push_back(fs::absolute(o.network).string());
+  }
+  for (const std::string& l : o.links) {
+    args.push_back("--link");
+    args.push_back(l);
+  }
   if (o.pin) args.push_back("--pin");
   if (o.progress_thread) args.push_back("--progress-thread");
   if (tls) args.push_back("--tls");
@@ -399,6 +413,15 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
   bench_report::Runs runs;
   runs.sizes = parse_size_list(o.sizes, "--sizes");
   if (!o.hosts.empty()) return run_peer(o, runs.sizes);
+  // One error for a bad description, before any peer starts.
+  const std::string emulated = network_of({o.network, o.links, {}}, o.peers).describe();
+  if (!emulated.empty()) {
+    if (!o.baseline.empty()) {
+      fail(Code::invalid_argument, "--baseline: Gloo and OpenMPI run on the bare links, not on "
+                                   "the emulated network of --network and --link");
+    }
+    std::cerr << "emulated network: " << emulated << std::endl;
+  }
   runs.peers = o.peers;
   runs.baselines = parse_baselines(o.baseline);
   runs.tls = o.tls;
