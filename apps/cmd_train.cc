@@ -315,11 +315,36 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   in.config = c;
   in.data = load_or_prepare(c, peers.rank, peers.world());
   std::optional<Balanced> balanced;
-  if (comm && c.balance == Balance::speed) {
+  const bool balancing = c.balance == Balance::speed || c.balance_every > 0;
+  if (balancing && c.resume) {
+    fail(Code::invalid_argument,
+         "train: --balance and --balance-every are not for a resumed run: it would measure other "
+         "speeds, and so give the peers other rows than their checkpoints were written for");
+  }
+  if (comm && balancing) {
     set_activity("measuring this peer's speed for --balance speed");
     balanced = balance_peers(*comm, c, in.data, slowdown);
     in.peer_share = balanced->shares;
     set_activity("training");
+  }
+  if (balanced && c.balance_every > 0) {
+    if (!balanced->moved) {
+      fail(Code::invalid_argument, "train: --balance-every: " + c.data + " holds a shard per "
+                                   "peer, whose rows stay with their peer (prepare it whole)");
+    }
+    if (parse_device(c.device).cuda) {
+      fail(Code::invalid_argument, "train: --balance-every: the rows of --device cuda stay on "
+                                   "the GPU they were loaded to (balance at the start only)");
+    }
+    // The shape of a row (inputs and classes), for the calibration's model.
+    data::Dataset shape;
+    shape.cols = in.data.train.cols;
+    shape.num_classes = in.data.train.num_classes;
+    in.hooks.rebalance = [&c, &slowdown, &balanced, comm, shape](
+                             int epoch, long long step) -> std::optional<data::Dataset> {
+      if ((epoch - 1) % c.balance_every != 0) return std::nullopt;
+      return rebalance_rows(*comm, c, slowdown, epoch, step, shape, *balanced);
+    };
   }
   in.comm = comm;
   in.phases = std::move(phases);

@@ -208,8 +208,44 @@ double measure_alone(collective::Communicator& comm, const TrainConfig& c,
 }
 
 Json Balanced::to_json() const {
-  return Json{{"speeds", speeds}, {"shares", shares}, {"rows", rows},
-              {"mode", moved ? "rows moved, one sampling rate" : "rates, rows in place"}};
+  Json j{{"speeds", speeds}, {"shares", shares}, {"rows", rows},
+         {"mode", moved ? "rows moved, one sampling rate" : "rates, rows in place"}};
+  if (!later.empty()) j["later"] = later;
+  return j;
+}
+
+data::Dataset rebalance_rows(collective::Communicator& comm, const TrainConfig& c,
+                             const std::vector<train::Slowdown>& slowdown, int epoch,
+                             long long step, const data::Dataset& shape, Balanced& b) {
+  const int me = comm.rank(), world = comm.world();
+  std::size_t total = 0;
+  for (std::size_t r : b.rows) total += r;
+  // The factor this peer has at `step` (one epoch is total / batch_size steps).
+  const train::Straggler schedule(slowdown, me, static_cast<double>(total) / c.batch_size);
+  const double factor = schedule.factor_at(step);
+  const train::Straggler now({{.rank = me, .factor = factor}}, me, 1.0);
+  const auto calibration = static_cast<std::size_t>(
+      std::clamp(std::round(c.batch_size / world), 1.0, 65536.0));
+  data::Prepared probe_shape;
+  probe_shape.train = shape;
+  b.speeds = train::all_speeds(comm, measure_alone(comm, c, probe_shape, calibration, now));
+  b.shares = train::shares_of(b.speeds);
+  b.rows = train::row_counts(total, b.shares);
+  for (int j = 0; j < world; ++j) {
+    b.shares[static_cast<std::size_t>(j)] =
+        static_cast<double>(b.rows[static_cast<std::size_t>(j)]) / static_cast<double>(total);
+  }
+  b.later.push_back(Json{{"epoch", epoch}, {"speeds", b.speeds}, {"rows", b.rows}});
+  if (me == 0) {
+    std::string s;
+    for (int j = 0; j < world; ++j) {
+      s += (j ? "; " : "") + std::string("rank ") + std::to_string(j) + " " +
+           fixed(b.speeds[static_cast<std::size_t>(j)], 0) + " examples/s, " +
+           std::to_string(b.rows[static_cast<std::size_t>(j)]) + " rows";
+    }
+    DPG_INFO("balance at epoch " << epoch << ": " << s);
+  }
+  return data::load_counted(c.data, me, b.rows, c.seed).train;
 }
 
 Balanced balance_peers(collective::Communicator& comm, const TrainConfig& c,

@@ -71,9 +71,17 @@ struct Balanced {
   std::vector<double> shares;      // of the batch: what the privacy plan gets
   std::vector<std::size_t> rows;   // each peer's training rows after the balance
   bool moved = false;              // re-sharded (true) or rates changed (false)
+  Json later = Json::array();      // each re-balance of --balance-every: epoch, speeds, rows
   Json to_json() const;
 };
 Balanced balance_peers(collective::Communicator& comm, const TrainConfig& c,
                        data::Prepared& data, const std::vector<train::Slowdown>& slowdown);
+// --balance-every, collectively at the start of epoch `epoch` (its first step `step`): the
+// speeds again (each peer slowed by its factor at that step), the rows re-sharded, this peer's
+// new training rows returned and `b` updated. The rate stays the global one. `shape` gives the
+// rows' inputs and classes (for the calibration's model).
+data::Dataset rebalance_rows(collective::Communicator& comm, const TrainConfig& c,
+                             const std::vector<train::Slowdown>& slowdown, int epoch,
+                             long long step, const data::Dataset& shape, Balanced& b);
 
 }  // namespace dpg::app

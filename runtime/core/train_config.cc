@@ -386,6 +386,13 @@ std::vector<ConfigField> make_table() {
             "keeps the global sampling rate; with a shard per peer its rate changes)")
           .only_with({Algo::allreduce, Algo::gossip, Algo::ps_sync, Algo::ps_async,
                       Algo::local_sgd, Algo::ad_psgd}),
+      field(&C::balance_every, "balance_every", "--balance-every",
+            "K > 0: balance by speed (as balance speed) and measure the peers again and "
+            "re-shard the rows every K epochs, from a folder prepared whole (0: balance speed "
+            "measures at the start only)",
+            between(0, 1000000))
+          .only_with({Algo::allreduce, Algo::gossip, Algo::ps_sync, Algo::ps_async,
+                      Algo::local_sgd, Algo::ad_psgd}),
       field(&C::timeout_s, "timeout_s", "--timeout-s", "timeout of every network wait, in seconds",
             positive_up_to(1e6))
           .control(),
@@ -514,6 +521,7 @@ void validate(const TrainConfig& c) {
     bad("/checkpoint_every: needs a checkpoint_dir to write to");
   }
   if (c.checkpoint_dir.empty() && c.resume) bad("/resume: needs a checkpoint_dir to resume from");
+
   if (c.algo == Algo::allreduce && c.hierarchical && c.bucket_bytes > 0) {
     bad("/hierarchical: not with bucket_bytes (the buckets' all-reduce is flat)");
   }

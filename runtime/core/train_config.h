@@ -216,6 +216,8 @@ struct TrainConfig {
   // the batch proportional to its speed: from a data folder prepared whole, by re-sharding (the
   // same sampling rate everywhere); from one with a shard per peer, by its sampling rate.
   Balance balance = Balance::off;
+  // K > 0: balance by speed, measuring and re-sharding every K epochs (0: balance alone says).
+  int balance_every = 0;
   std::string trace;           // Chrome trace file to write ("" = none)
   // Checkpoints (docs/RELIABILITY.md). Each peer writes its own, under checkpoint_dir/rank-R.
   std::string checkpoint_dir;        // "" = none

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -54,6 +55,10 @@ struct RunHooks {
   std::function<void(long long t, std::span<float> sum)> sum;
   // Set by a signal handler (a lock-free atomic), read at each stop check; outlives the run.
   const std::atomic<bool>* stop = nullptr;
+  // Collective, at the start of every epoch after the first (step: its first step): this
+  // peer's new training rows from a load balancer (--balance-every), or nothing to keep them.
+  // The rows' sampling rate and the mechanism's denominator stay the plan's.
+  std::function<std::optional<data::Dataset>(int epoch, long long step)> rebalance;
 };
 
 // Everything a run is built from. The communicator (null for one process) and the tracer (null

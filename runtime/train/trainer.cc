@@ -228,10 +228,29 @@ void Trainer::report_consensus(Loop& loop, long long round) {
   loop.metrics_seconds += seconds_since(begin);
 }
 
+void Trainer::take_rows(RunState& s, data::Dataset rows) {
+  if (s.device) fail(Code::failed_precondition, "train: rows cannot move to a GPU mid-run");
+  in_.data.train = std::move(rows);
+  const double q = plan_.peer_q[static_cast<std::size_t>(rank())];
+  const std::size_t n = in_.data.train.rows;
+  // The sampler goes on with its generator where it was: later batches stay independent.
+  if (s.poisson) {
+    s.poisson.emplace(n, q, Rng::from_state(s.poisson->rng_state()));
+  } else {
+    s.shuffle.emplace(n, static_cast<std::size_t>(std::max(1.0, std::round(q * n))),
+                      Rng::from_state(s.shuffle->rng_state()));
+  }
+}
+
 bool Trainer::run_epoch(Loop& loop, int epoch) {
   RunState& s = *state_;
   Progress& p = loop.p;
   const long long end = epoch_end(epoch);
+  if (in_.hooks.rebalance && epoch > 1 && p.step == epoch_end(epoch - 1) && p.step < end) {
+    if (std::optional<data::Dataset> rows = in_.hooks.rebalance(epoch, p.step)) {
+      take_rows(s, std::move(*rows));
+    }
+  }
   const auto epoch_start = Clock::now();
   const double train_before = p.train_seconds;
   for (; p.step < end; ++p.step) {

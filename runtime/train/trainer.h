@@ -93,6 +93,9 @@ class Trainer {
   // pieces when the algorithm streams them) only when the algorithm needs it there: else nullopt.
   std::optional<dp::PrivateGradient> device_gradient(RunState& s, long long t,
                                                      StepStats& stats) const;
+  // This peer's training rows from now on (a rebalance): the data and the sampler over it, at
+  // the plan's rate; the sampler's generator goes on.
+  void take_rows(RunState& s, data::Dataset rows);
   // --slowdown: pauses as long as the emulated slow peer's extra compute for step t, whose
   // gradient was computed from `worked_from` to now (straggler.h).
   void stretch(RunState& s, long long t, std::chrono::steady_clock::time_point worked_from) const;

@@ -67,6 +67,7 @@ dpg::TrainConfig unusual() {
   c.bucket_bytes = 1 << 20;
   c.hierarchical = true;  // of allreduce and local-sgd: unusual_valid() resets it
   c.balance = dpg::Balance::speed;
+  c.balance_every = 2;
   c.trace = "t.json";
   c.accountant = dpg::PrivacyAccountant::rdp;
   c.checkpoint_dir = "ck";
@@ -146,7 +147,8 @@ TEST_CASE("train config: a field of some algorithms is refused, not ignored, wit
       }
     }
   }
-  CHECK(seen == 6);  // servers, max_staleness, local_steps, bucket_bytes, hierarchical, balance
+  CHECK(seen == 7);  // servers, max_staleness, local_steps, bucket_bytes, hierarchical, balance,
+                     // balance_every
 }
 
 TEST_CASE("train config: the defaults are the recipe's") {

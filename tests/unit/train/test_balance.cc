@@ -3,12 +3,14 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <optional>
 #include <numeric>
 #include <set>
 
 #include "runtime/core/error.h"
 #include "runtime/data/dataset.h"
 #include "runtime/train/balance.h"
+#include "tests/unit/train/peers.h"
 
 using dpg::train::row_counts;
 using dpg::train::shares_of;
@@ -67,4 +69,41 @@ TEST_CASE("the calibration work is stretched by the peer's slowdown") {
   // The stretched pass pauses twice its own work after it (a sleep is never shorter than
   // asked): about 3x the plain pass, here with room for the two passes' own spread.
   CHECK(s >= 2.5 * p);
+}
+
+TEST_CASE("rows re-sharded at an epoch's start: the run goes on at the plan's rate") {
+  // Three peers of 400 rows each; at the start of epoch 2 the hook hands rank 0 600 rows and
+  // the others 300 (the same 1200 in all, as the balancer's re-shard keeps them). Every peer
+  // finishes its steps, the hook runs once per peer at that epoch's first step, and the
+  // epsilons are the plan's, as without the re-shard.
+  for (dpg::Algo algo : {dpg::Algo::allreduce, dpg::Algo::ps_async}) {
+    CAPTURE(dpg::to_string(algo));
+    dpg::TrainConfig c = dpg::test::small_config(algo);
+    const std::vector<dpg::train::GossipPhase> phases;
+    const auto plain = dpg::test::run_peers(3, c, 400, phases);
+    std::vector<std::vector<long long>> calls(3);
+    const auto moved = dpg::test::run_peers(
+        3, c, 400, phases, std::chrono::seconds(20), {},
+        [&](int r, dpg::train::RunInputs& in) {
+          in.hooks.rebalance = [&calls, r](int epoch,
+                                           long long step) -> std::optional<dpg::data::Dataset> {
+            calls[static_cast<std::size_t>(r)].push_back(epoch * 1000000 + step);
+            if (epoch != 2) return std::nullopt;
+            return dpg::test::blobs(r == 0 ? 600 : 300, 500 + static_cast<std::uint64_t>(r));
+          };
+        });
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      const auto& p = moved[static_cast<std::size_t>(r)];
+      REQUIRE(p.error == "");
+      const auto& q = plain[static_cast<std::size_t>(r)];
+      CHECK(p.summary.steps == q.summary.steps);
+      CHECK(p.summary.epsilon == q.summary.epsilon);
+      CHECK(p.epochs.size() == 3);
+      // Called at the start of epochs 2 and 3, each at its first step (an epoch is 1 / q =
+      // 1200 / 160 = 7.5 steps: epoch 2 starts at step 8, epoch 3 at step 15).
+      CHECK(calls[static_cast<std::size_t>(r)] == std::vector<long long>{2000008, 3000015});
+      CHECK(p.summary.test_accuracy > 0.5);
+    }
+  }
 }
