@@ -140,7 +140,7 @@ std::vector<std::string> probe_slowdowns(collective::Communicator& comm,
                                          const std::vector<train::Slowdown>& slowdown) {
   const int me = comm.rank(), world = comm.world();
   std::vector<double> figures(static_cast<std::size_t>(world) * 2, 0.0);
-  // The factor each peer starts with (its later ones and its stalls use the same pause).
+  // The largest factor each peer will have (every factor and stall uses the same pause).
   train::Straggler mine(slowdown, me, 1.0);
   double asked = 1;
   for (const auto& s : slowdown) {

@@ -56,7 +56,7 @@ std::vector<std::string> probe_links(collective::Communicator& comm, net::Transp
                                      double bulk_seconds);
 
 // Collective: each slowed peer times a fixed public workload plainly and stretched by its
-// starting factor (straggler.h), the figures are all-reduced, and rank 0 logs "rank R: asked Fx,
+// largest factor (straggler.h), the figures are all-reduced, and rank 0 logs "rank R: asked Fx,
 // delivered Dx". Returns the lines.
 std::vector<std::string> probe_slowdowns(collective::Communicator& comm,
                                          const std::vector<train::Slowdown>& slowdown);
