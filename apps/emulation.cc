@@ -22,7 +22,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kSlowdownReps = 5;
 constexpr int kSpeedPasses = 5;  // passes each peer times in its slot
-constexpr int kSlotLeadMs = 50;  // from the barrier to the first slot
 
 // A fixed public workload of a few milliseconds: what the slowdown probe stretches.
 double workload() {
@@ -193,16 +192,18 @@ double measure_alone(collective::Communicator& comm, const TrainConfig& c,
   const double longest = *std::max_element(first.begin(), first.end());
   const auto slot = std::chrono::duration<double>(kSpeedPasses * longest * 1.5 + 0.02);
   comm.barrier();
-  // The first slot starts a little after the barrier, which the others may still be leaving.
-  const auto t0 = Clock::now() + std::chrono::milliseconds(kSlotLeadMs);
-  std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(slot * me));
-  const auto end = t0 + std::chrono::duration_cast<Clock::duration>(slot * (me + 1));
+  // Slot 0 is left empty: a peer measured right after the barrier was found at 0.6 of its
+  // speed (the others still settling), whichever rank held the first slot. Peer r measures in
+  // slot r + 1.
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(slot * (me + 1)));
+  const auto end = t0 + std::chrono::duration_cast<Clock::duration>(slot * (me + 2));
   double best = probe.pass();
   for (int i = 1; i < kSpeedPasses && Clock::now() + std::chrono::duration<double>(best) < end;
        ++i) {
     best = std::min(best, probe.pass());
   }
-  std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(slot * world));
+  std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(slot * (world + 1)));
   comm.barrier();
   return static_cast<double>(rows) / std::max(best, 1e-9);
 }
