@@ -60,7 +60,7 @@ ProbeResult probe_link(Transport& t, int peer, bool first, const ProbeOptions& o
   exchange_one(t, peer, {kOpProbe, round + 1, 0}, !first, small);
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   // The figures, measured by `first`, go to the other end.
-  double figures[5] = {0, 0, 0, 0, 0};
+  double figures[4] = {0, 0, 0, 0};
   if (first) {
     std::sort(rtt.begin(), rtt.end());
     const double one_way = rtt[rtt.size() / 2] / 2;
@@ -70,8 +70,6 @@ ProbeResult probe_link(Transport& t, int peer, bool first, const ProbeOptions& o
     figures[2] = rtt.back() / 2;
     figures[3] = static_cast<double>(bulk.size()) * 8 / transfer;
   }
-  const double took_here = std::chrono::duration<double>(Clock::now() - t0).count();
-  figures[4] = took_here;
   std::span<std::byte> bytes(reinterpret_cast<std::byte*>(figures), sizeof figures);
   exchange_one(t, peer, {kOpProbe, round + 2, 0}, first, bytes);
   ProbeResult r;
@@ -80,7 +78,6 @@ ProbeResult probe_link(Transport& t, int peer, bool first, const ProbeOptions& o
   r.min_one_way = ns(figures[1]);
   r.max_one_way = ns(figures[2]);
   r.bits_per_second = figures[3];
-  r.seconds = figures[4];
   return r;
 }
 

@@ -24,7 +24,6 @@ struct ProbeResult {
   std::chrono::nanoseconds one_way{0};  // half the median round trip
   std::chrono::nanoseconds min_one_way{0}, max_one_way{0};
   double bits_per_second = 0;           // bulk bytes over (elapsed - 2 x one-way)
-  double seconds = 0;                   // what the probe took
 };
 
 // `first` is the end that starts each ping and sends the bulk (the smaller rank, by convention);

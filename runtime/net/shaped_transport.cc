@@ -64,17 +64,16 @@ LinkShape ShapedTransport::shape(int peer) const {
   return links_[static_cast<std::size_t>(peer)]->shape;
 }
 
+// An unshaped send and every receive go straight to the inner transport, which checks the peer
+// and, once this transport has failed, throws its failure (fail_locked poisons it with the same).
 Handle ShapedTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
-  {
-    std::lock_guard lock(mu_);
-    if (failure_) rethrow_locked();
-  }
   if (peer < 0 || peer >= world() || !links_[static_cast<std::size_t>(peer)]) {
-    const Handle h = inner_.send(peer, tag, data);  // the inner transport checks the peer
+    const Handle h = inner_.send(peer, tag, data);
     if (h.slot & kShaped) fail(Code::internal, "a transport's handle uses the shaper's mark");
     return h;
   }
   std::lock_guard lock(mu_);
+  if (failure_) rethrow_locked();
   Link& link = *links_[static_cast<std::size_t>(peer)];
   uint32_t slot = 0;
   if (free_.empty()) {
@@ -110,10 +109,6 @@ Handle ShapedTransport::send(int peer, Tag tag, std::span<const std::byte> data)
 }
 
 Handle ShapedTransport::recv(int peer, Tag tag, std::span<std::byte> data) {
-  {
-    std::lock_guard lock(mu_);
-    if (failure_) rethrow_locked();
-  }
   const Handle h = inner_.recv(peer, tag, data);
   if (h.slot & kShaped) fail(Code::internal, "a transport's handle uses the shaper's mark");
   return h;
