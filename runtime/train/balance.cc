@@ -33,7 +33,7 @@ struct SpeedProbe::State {
 
 SpeedProbe::SpeedProbe(const TrainConfig& c, const model::MlpSpec& spec, std::size_t rows,
                        const Straggler* straggler)
-    : s_(std::make_unique<State>(c, spec, rows)), rows_(rows) {
+    : s_(std::make_unique<State>(c, spec, rows)) {
   if (rows == 0) fail(Code::invalid_argument, "SpeedProbe: no work to time");
   s_->ws.resize(spec, rows);
   // Synthetic inputs: a fixed pattern, so that no example is degenerate and nothing is private.

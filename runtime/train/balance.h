@@ -26,12 +26,10 @@ class SpeedProbe {
   ~SpeedProbe();
   // One pass; returns its wall seconds.
   double pass();
-  std::size_t rows() const { return rows_; }
 
  private:
   struct State;
   std::unique_ptr<State> s_;
-  std::size_t rows_;
 };
 
 // Collective: every peer's speed (all-reduced), in rank order. Measure them one peer at a time

@@ -120,11 +120,9 @@ std::chrono::nanoseconds Straggler::extra(long long t, std::chrono::nanoseconds 
   return out;
 }
 
-void Straggler::stretch(long long t, std::chrono::nanoseconds worked) {
+void Straggler::stretch(long long t, std::chrono::nanoseconds worked) const {
   const std::chrono::nanoseconds pause = extra(t, worked);
-  if (pause.count() <= 0) return;
-  std::this_thread::sleep_for(pause);
-  stretched_s_ += static_cast<double>(pause.count()) * 1e-9;
+  if (pause.count() > 0) std::this_thread::sleep_for(pause);
 }
 
 }  // namespace dpg::train

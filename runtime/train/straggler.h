@@ -40,9 +40,8 @@ class Straggler {
   // What to add after step t's gradient, which took `worked`: (factor - 1) x worked, plus the
   // stall when t is a multiple of its period (t > 0).
   std::chrono::nanoseconds extra(long long t, std::chrono::nanoseconds worked) const;
-  // Pauses for extra(t, worked) and counts it.
-  void stretch(long long t, std::chrono::nanoseconds worked);
-  double stretched_seconds() const { return stretched_s_; }
+  // Pauses for extra(t, worked).
+  void stretch(long long t, std::chrono::nanoseconds worked) const;
 
  private:
   struct Entry {
@@ -50,7 +49,6 @@ class Straggler {
     long long from_step = 0;
   };
   std::vector<Entry> mine_;
-  double stretched_s_ = 0;
 };
 
 }  // namespace dpg::train

@@ -83,5 +83,4 @@ TEST_CASE("the pause is at least what the factor asks") {
   const auto t0 = std::chrono::steady_clock::now();
   s.stretch(1, 10ms);
   CHECK(std::chrono::steady_clock::now() - t0 >= 20ms);
-  CHECK(s.stretched_seconds() == doctest::Approx(0.020));
 }
