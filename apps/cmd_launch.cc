@@ -37,28 +37,6 @@ struct LaunchFlags {
   CLI::Option* peers_opt = nullptr;
 };
 
-// A folder made with mkdtemp, removed with its contents when this goes out of scope.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/dpgossip-launch-XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr)
-      fail(Code::failed_precondition, "launch: cannot create a temporary folder " + tmpl);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
 bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
   for (const std::string& a : args) {
     if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
@@ -131,7 +109,7 @@ void run_launch(const LaunchFlags& f) {
     // The peers prove a fresh secret to each other, so that no other process of this machine
     // can join on their ports; the file sits in a folder only this user can read.
     hosts.secret = net::random_secret();
-    tmp.emplace();
+    tmp.emplace("dpgossip-launch", "launch");
     path = (tmp->path() / "hosts.json").string();
     net::write_hosts(hosts, path);
   } else {

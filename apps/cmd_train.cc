@@ -310,10 +310,10 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   Links links;
   if (peers.world() > 1) connect(links, c, flags, peers, algo, phases, network, tracer);
   collective::Communicator* comm = links.comm ? &*links.comm : nullptr;
-  if (comm && !slowdown.empty()) probe_slowdowns(*comm, slowdown);
   train::RunInputs in;
   in.config = c;
   in.data = load_or_prepare(c, peers.rank, peers.world());
+  if (comm && !slowdown.empty()) probe_slowdowns(*comm, c, in.data.train, slowdown);
   std::optional<Balanced> balanced;
   const bool balancing = c.balance == Balance::speed || c.balance_every > 0;
   if (balancing && c.resume) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "runtime/core/error.h"
@@ -22,17 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kSlowdownReps = 5;
 constexpr int kSpeedPasses = 5;  // passes each peer times in its slot
-
-// A fixed public workload of a few milliseconds: what the slowdown probe stretches.
-double workload() {
-  volatile double acc = 0;
-  double x = 1.0;
-  for (int i = 0; i < 2000000; ++i) {
-    x = x * 1.0000001 + 1e-9;
-    if ((i & 1023) == 0) acc = acc + x;
-  }
-  return acc;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -62,6 +52,19 @@ void add_network_flags(CLI::App& cmd, EmulationFlags& f, bool slowdown) {
                  "RANK:stall=2s/100 (a pause every 100 steps); repeatable")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+std::vector<std::string> network_args(const EmulationFlags& f) {
+  std::vector<std::string> args;
+  if (!f.network.empty()) {
+    args.push_back("--network");
+    args.push_back(std::filesystem::absolute(f.network).string());
+  }
+  for (const std::string& l : f.links) {
+    args.push_back("--link");
+    args.push_back(l);
+  }
+  return args;
 }
 
 net::NetworkShape network_of(const EmulationFlags& f, int world) {
@@ -98,19 +101,18 @@ std::vector<std::pair<int, int>> links_to_probe(const net::NetworkShape& network
   return out;
 }
 
-std::vector<std::string> probe_links(collective::Communicator& comm, net::Transport& shaped,
-                                     const net::NetworkShape& network,
-                                     const std::vector<std::pair<int, int>>& pairs,
-                                     double bulk_seconds) {
+std::vector<net::ProbeResult> probe_pairs(collective::Communicator& comm, net::Transport& t,
+                                          const net::NetworkShape& network,
+                                          const std::vector<std::pair<int, int>>& pairs,
+                                          double bulk_seconds, net::ProbeOptions o) {
   const int me = comm.rank();
-  constexpr int kFields = 4;
+  constexpr std::size_t kFields = 4;
   std::vector<double> figures(pairs.size() * kFields, 0.0);
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     const auto [a, b] = pairs[i];
     if (me != a && me != b) continue;
-    net::ProbeOptions o;
     o.bulk_bytes = net::bulk_bytes_for(network.between(a, b), bulk_seconds);
-    const net::ProbeResult r = net::probe_link(shaped, me == a ? b : a, me == a, o);
+    const net::ProbeResult r = net::probe_link(t, me == a ? b : a, me == a, o);
     if (me != a) continue;
     figures[i * kFields + 0] = static_cast<double>(r.one_way.count());
     figures[i * kFields + 1] = static_cast<double>(r.min_one_way.count());
@@ -119,44 +121,53 @@ std::vector<std::string> probe_links(collective::Communicator& comm, net::Transp
   }
   // The figures are timings of synthetic messages: public.
   comm.allreduce(public_value(std::span<double>(figures)));
+  std::vector<net::ProbeResult> out(pairs.size());
+  auto ns = [](double v) { return std::chrono::nanoseconds(std::llround(v)); };
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    out[i].one_way = ns(figures[i * kFields + 0]);
+    out[i].min_one_way = ns(figures[i * kFields + 1]);
+    out[i].max_one_way = ns(figures[i * kFields + 2]);
+    out[i].bits_per_second = figures[i * kFields + 3];
+  }
+  return out;
+}
+
+std::vector<std::string> probe_links(collective::Communicator& comm, net::Transport& shaped,
+                                     const net::NetworkShape& network,
+                                     const std::vector<std::pair<int, int>>& pairs,
+                                     double bulk_seconds) {
+  const std::vector<net::ProbeResult> results =
+      probe_pairs(comm, shaped, network, pairs, bulk_seconds);
   std::vector<std::string> lines;
   for (std::size_t i = 0; i < pairs.size(); ++i) {
-    net::ProbeResult r;
-    auto ns = [](double v) { return std::chrono::nanoseconds(std::llround(v)); };
-    r.one_way = ns(figures[i * kFields + 0]);
-    r.min_one_way = ns(figures[i * kFields + 1]);
-    r.max_one_way = ns(figures[i * kFields + 2]);
-    r.bits_per_second = figures[i * kFields + 3];
     const auto [a, b] = pairs[i];
     lines.push_back("link " + std::to_string(a) + "-" + std::to_string(b) + ": " +
-                    net::delivered_text(network.between(a, b), r));
-    if (me == 0) DPG_INFO("emulated " << lines.back());
+                    net::delivered_text(network.between(a, b), results[i]));
+    if (comm.rank() == 0) DPG_INFO("emulated " << lines.back());
   }
   return lines;
 }
 
-std::vector<std::string> probe_slowdowns(collective::Communicator& comm,
+std::vector<std::string> probe_slowdowns(collective::Communicator& comm, const TrainConfig& c,
+                                         const data::Dataset& shape,
                                          const std::vector<train::Slowdown>& slowdown) {
   const int me = comm.rank(), world = comm.world();
   std::vector<double> figures(static_cast<std::size_t>(world) * 2, 0.0);
-  // The largest factor each peer will have (every factor and stall uses the same pause).
-  train::Straggler mine(slowdown, me, 1.0);
+  // The largest factor this peer will have (every factor and stall uses the same pause).
   double asked = 1;
   for (const auto& s : slowdown) {
     if (s.rank == me && s.every == 0) asked = std::max(asked, s.factor);
   }
-  if (mine.active() && asked > 1) {
-    std::vector<train::Slowdown> probe = {{.rank = me, .factor = asked}};
-    train::Straggler stretched(probe, me, 1.0);
+  if (asked > 1) {
+    const train::Straggler slow({{.rank = me, .factor = asked}}, me, 1.0);
+    const auto rows = static_cast<std::size_t>(
+        std::clamp(std::round(c.batch_size / world), 1.0, 65536.0));
+    train::SpeedProbe plain(c, train::spec_for(c, shape), rows, nullptr);
+    train::SpeedProbe stretched(c, train::spec_for(c, shape), rows, &slow);
     std::vector<double> plain_s, slow_s;
     for (int i = 0; i < kSlowdownReps; ++i) {
-      auto t0 = Clock::now();
-      workload();
-      plain_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-      t0 = Clock::now();
-      workload();
-      stretched.stretch(0, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0));
-      slow_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      plain_s.push_back(plain.pass());
+      slow_s.push_back(stretched.pass());
     }
     figures[static_cast<std::size_t>(me) * 2] = asked;
     figures[static_cast<std::size_t>(me) * 2 + 1] = median(slow_s) / median(plain_s);

@@ -16,6 +16,7 @@
 #include "runtime/core/json_io.h"
 #include "runtime/core/train_config.h"
 #include "runtime/data/dataset.h"
+#include "runtime/net/link_probe.h"
 #include "runtime/net/link_shape.h"
 #include "runtime/net/transport.h"
 #include "runtime/train/straggler.h"
@@ -30,6 +31,10 @@ struct EmulationFlags {
 
 // --network and --link; with `slowdown`, --slowdown too.
 void add_network_flags(CLI::App& cmd, EmulationFlags& f, bool slowdown);
+
+// The flags that hand `f`'s network on to a peer process: --network (as an absolute path) and
+// each --link.
+std::vector<std::string> network_args(const EmulationFlags& f);
 
 // The network of a run of `world` peers: the file, then the flags; errors name the file or the
 // flag, and a rank at or above `world`.
@@ -47,18 +52,27 @@ std::vector<std::pair<int, int>> links_to_probe(
     const net::NetworkShape& network, int world,
     const std::function<bool(int, int)>& connected);
 
-// Collective: each pair's ends probe it (in the list's order, which cannot deadlock), the
-// figures are all-reduced, and rank 0 logs one line per pair: what was asked, what it delivered.
-// Returns the lines (every rank).
+// Collective: each pair's ends probe it over `t` (in the list's order, which cannot deadlock;
+// the bulk of each about `bulk_seconds` at its asked bandwidth), and every peer gets every
+// pair's figures, as its lower rank measured them.
+std::vector<net::ProbeResult> probe_pairs(collective::Communicator& comm, net::Transport& t,
+                                          const net::NetworkShape& network,
+                                          const std::vector<std::pair<int, int>>& pairs,
+                                          double bulk_seconds, net::ProbeOptions o = {});
+
+// probe_pairs, then rank 0 logs one line per pair: what was asked, what it delivered. Returns
+// the lines (every rank).
 std::vector<std::string> probe_links(collective::Communicator& comm, net::Transport& shaped,
                                      const net::NetworkShape& network,
                                      const std::vector<std::pair<int, int>>& pairs,
                                      double bulk_seconds);
 
-// Collective: each slowed peer times a fixed public workload plainly and stretched by its
+// Collective: each slowed peer times the balancer's public work (train::SpeedProbe: the run's
+// DP gradient on a synthetic batch of rows shaped like `shape`'s) plainly and stretched by its
 // largest factor (straggler.h), the figures are all-reduced, and rank 0 logs "rank R: asked Fx,
 // delivered Dx". Returns the lines.
-std::vector<std::string> probe_slowdowns(collective::Communicator& comm,
+std::vector<std::string> probe_slowdowns(collective::Communicator& comm, const TrainConfig& c,
+                                         const data::Dataset& shape,
                                          const std::vector<train::Slowdown>& slowdown);
 
 // --balance speed, collectively at the start of a run: each peer's speed on public work (its

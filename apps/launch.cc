@@ -1,9 +1,11 @@
 #include "apps/launch.h"
 
 #include <poll.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -300,6 +302,20 @@ std::vector<Child> local_children(const net::HostsFile& hosts, const std::string
                                     : std::string()) +
              "); run dpgossip launch on each host, or start the peers with mpirun or srun");
   return children;
+}
+
+TempDir::TempDir(const std::string& prefix, const std::string& who) {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + prefix + "-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    fail(Code::failed_precondition, who + ": cannot create a temporary folder " + tmpl);
+  }
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
 }
 
 }  // namespace dpg::app

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <utility>
@@ -57,6 +58,21 @@ int supervise(const std::vector<Child>& children, const SuperviseOptions& option
 // The children `dpgossip launch` starts: one per peer of `hosts` whose host is this machine, as
 // `exe args... --hosts hosts_path --rank r` (no --hosts when `args` already has one). Throws
 // invalid_argument when `args` is empty or has --rank, or when no peer is local (naming the file).
+// A folder made with mkdtemp under $TMPDIR (else /tmp), named PREFIX-XXXXXX, removed with its
+// contents when this goes out of scope. Throws failed_precondition "<who>: cannot create a
+// temporary folder ..." when it cannot be made.
+class TempDir {
+ public:
+  TempDir(const std::string& prefix, const std::string& who);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
 std::vector<Child> local_children(const net::HostsFile& hosts, const std::string& hosts_path,
                                   const std::string& exe, const std::vector<std::string>& args);
 

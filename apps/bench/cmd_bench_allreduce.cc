@@ -342,14 +342,7 @@ std::vector<AllreduceRow> run_local(const AllreduceBenchOptions& o, Variant vari
                                    "--slots", std::to_string(o.slots),
                                    "--direct-min-bytes", std::to_string(o.direct_min_bytes),
                                    "--busy-poll-us", std::to_string(o.busy_poll_us)};
-  if (!o.network.empty()) {
-    args.push_back("--network");
-    args.push_back(fs::absolute(o.network).string());
-  }
-  for (const std::string& l : o.links) {
-    args.push_back("--link");
-    args.push_back(l);
-  }
+  for (const std::string& a : network_args({o.network, o.links, {}})) args.push_back(a);
   if (o.pin) args.push_back("--pin");
   if (o.progress_thread) args.push_back("--progress-thread");
   if (tls) args.push_back("--tls");

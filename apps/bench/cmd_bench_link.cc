@@ -24,7 +24,6 @@
 #include "runtime/core/hash.h"
 #include "runtime/core/json_io.h"
 #include "runtime/core/log.h"
-#include "runtime/core/wire.h"
 #include "runtime/net/auth.h"
 #include "runtime/net/hosts.h"
 #include "runtime/net/link_probe.h"
@@ -94,33 +93,15 @@ void run_peer(const LinkBench& b) {
   for (int a = 0; a < world; ++a) {
     for (int c = a + 1; c < world; ++c) pairs.emplace_back(a, c);
   }
-  constexpr int kFields = 4;
-  std::vector<double> figures(pairs.size() * kFields, 0.0);
-  for (std::size_t i = 0; i < pairs.size(); ++i) {
-    const auto [a, c] = pairs[i];
-    if (rank != a && rank != c) continue;
-    net::ProbeOptions po;
-    po.pings = o.pings;
-    po.bulk_bytes = net::bulk_bytes_for(network.between(a, c), o.seconds);
-    const net::ProbeResult r = net::probe_link(carrier, rank == a ? c : a, rank == a, po);
-    if (rank != a) continue;
-    figures[i * kFields + 0] = static_cast<double>(r.one_way.count());
-    figures[i * kFields + 1] = static_cast<double>(r.min_one_way.count());
-    figures[i * kFields + 2] = static_cast<double>(r.max_one_way.count());
-    figures[i * kFields + 3] = r.bits_per_second;
-  }
-  comm.allreduce(public_value(std::span<double>(figures)));  // timings of synthetic messages
+  net::ProbeOptions po;
+  po.pings = o.pings;
+  const std::vector<net::ProbeResult> results =
+      probe_pairs(comm, carrier, network, pairs, o.seconds, po);
   if (rank != 0) return;
   std::string text;
   for (std::size_t i = 0; i < pairs.size(); ++i) {
-    net::ProbeResult r;
-    auto ns = [](double v) { return std::chrono::nanoseconds(std::llround(v)); };
-    r.one_way = ns(figures[i * kFields]);
-    r.min_one_way = ns(figures[i * kFields + 1]);
-    r.max_one_way = ns(figures[i * kFields + 2]);
-    r.bits_per_second = figures[i * kFields + 3];
     const auto [a, c] = pairs[i];
-    text += row_of(a, c, network.between(a, c), r, o.transport).dump() + "\n";
+    text += row_of(a, c, network.between(a, c), results[i], o.transport).dump() + "\n";
   }
   if (o.rows_out.empty()) {
     std::cout << text << std::flush;
@@ -158,16 +139,8 @@ void run_local(const LinkBench& b) {
   const LinkBenchOptions& o = b.o;
   // The description is checked here first, so that a bad flag is one error, not one per peer.
   network_of(b.emulation, o.peers);
-  char tmpl[] = "/tmp/dpgossip-link.XXXXXX";
-  if (!mkdtemp(tmpl)) fail(Code::unavailable, "cannot make a temporary directory in /tmp");
-  const fs::path dir = tmpl;
-  struct Cleanup {
-    fs::path d;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(d, ec);
-    }
-  } cleanup{dir};
+  const TempDir tmp("dpgossip-link", "bench link");
+  const fs::path& dir = tmp.path();
   net::HostsFile hosts = net::local_hosts(o.peers);
   hosts.secret = net::random_secret();
   const std::string hosts_path = (dir / "hosts.json").string();
@@ -179,14 +152,7 @@ void run_local(const LinkBench& b) {
   std::vector<std::string> args = {"bench", "link", "--transport", o.transport,
                                    "--seconds", seconds.str(), "--pings", std::to_string(o.pings),
                                    "--timeout-s", timeout.str(), "--rows-out", rows_path};
-  if (!b.emulation.network.empty()) {
-    args.push_back("--network");
-    args.push_back(fs::absolute(b.emulation.network).string());
-  }
-  for (const std::string& l : b.emulation.links) {
-    args.push_back("--link");
-    args.push_back(l);
-  }
+  for (const std::string& a : network_args(b.emulation)) args.push_back(a);
   const int rc = supervise(local_children(hosts, hosts_path, proc::self_path().string(), args));
   if (rc != 0) fail(Code::aborted, "the benchmark peers failed (exit " + std::to_string(rc) + ")");
   std::ifstream in(rows_path);
