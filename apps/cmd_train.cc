@@ -321,14 +321,8 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
          "train: --balance and --balance-every are not for a resumed run: it would measure other "
          "speeds, and so give the peers other rows than their checkpoints were written for");
   }
-  if (comm && balancing) {
-    set_activity("measuring this peer's speed for --balance speed");
-    balanced = balance_peers(*comm, c, in.data, slowdown);
-    in.peer_share = balanced->shares;
-    set_activity("training");
-  }
-  if (balanced && c.balance_every > 0) {
-    if (!balanced->moved) {
+  if (c.balance_every > 0) {  // refused before anything is measured
+    if (!data::prepared_whole(c.data)) {
       fail(Code::invalid_argument, "train: --balance-every: " + c.data + " holds a shard per "
                                    "peer, whose rows stay with their peer (prepare it whole)");
     }
@@ -336,6 +330,14 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
       fail(Code::invalid_argument, "train: --balance-every: the rows of --device cuda stay on "
                                    "the GPU they were loaded to (balance at the start only)");
     }
+  }
+  if (comm && balancing) {
+    set_activity("measuring this peer's speed for --balance speed");
+    balanced = balance_peers(*comm, c, in.data, slowdown);
+    in.peer_share = balanced->shares;
+    set_activity("training");
+  }
+  if (balanced && c.balance_every > 0) {
     // The shape of a row (inputs and classes), for the calibration's model.
     data::Dataset shape;
     shape.cols = in.data.train.cols;
