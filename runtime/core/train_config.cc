@@ -291,7 +291,8 @@ std::vector<ConfigField> make_table() {
       field(&C::algo, "algo", "--algo",
             "single (one process), allreduce (data-parallel over the hosts file), gossip "
             "(D-PSGD), ps-sync / ps-async (parameter servers), local-sgd (periodic model "
-            "averages) or ad-psgd (asynchronous gossip)"),
+            "averages), ad-psgd (asynchronous gossip) or partial-allreduce (averages within "
+            "groups of the peers ready together)"),
       field(&C::data, "data", "--data", "prepared data folder", NonEmpty{}).per_peer(),
       field(&C::hidden, "hidden", "--hidden", "hidden widths, e.g. 256,256", between(1, 1 << 20)),
       field(&C::activation, "activation", "--activation", "activation"),
@@ -371,6 +372,11 @@ std::vector<ConfigField> make_table() {
       field(&C::local_steps, "local_steps", "--local-steps",
             "local-sgd: local DP steps between model averages", between(1, 1e6))
           .only_with({Algo::local_sgd}),
+      field(&C::group_size, "group_size", "--group-size",
+            "partial-allreduce: a group averages the models of up to K peers, the first K "
+            "ready (fewer when nobody else is ready within the patience)",
+            between(2, 1024))
+          .only_with({Algo::partial_allreduce}),
       field(&C::bucket_bytes, "bucket_bytes", "--bucket-bytes",
             "allreduce: 0 = one all-reduce of the gradient after the backward pass; else "
             "all-reduce buckets of this many bytes as the backward pass produces them",
@@ -385,14 +391,14 @@ std::vector<ConfigField> make_table() {
             "work, measured at the start (a folder prepared whole is re-sharded, so every peer "
             "keeps the global sampling rate; with a shard per peer its rate changes)")
           .only_with({Algo::allreduce, Algo::gossip, Algo::ps_sync, Algo::ps_async,
-                      Algo::local_sgd, Algo::ad_psgd}),
+                      Algo::local_sgd, Algo::ad_psgd, Algo::partial_allreduce}),
       field(&C::balance_every, "balance_every", "--balance-every",
             "K > 0: balance by speed (as balance speed) and measure the peers again and "
             "re-shard the rows every K epochs, from a folder prepared whole (0: balance speed "
             "measures at the start only)",
             between(0, 1000000))
           .only_with({Algo::allreduce, Algo::gossip, Algo::ps_sync, Algo::ps_async,
-                      Algo::local_sgd, Algo::ad_psgd}),
+                      Algo::local_sgd, Algo::ad_psgd, Algo::partial_allreduce}),
       field(&C::timeout_s, "timeout_s", "--timeout-s", "timeout of every network wait, in seconds",
             positive_up_to(1e6))
           .control(),

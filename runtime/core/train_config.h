@@ -23,8 +23,11 @@ namespace dpg {
 // single: one process. allreduce: synchronous data-parallel DP-SGD over a ring all-reduce.
 // gossip: D-PSGD over `topology` (docs/GOSSIP.md). ps-sync / ps-async: parameter servers on the
 // ranks 0..servers-1. local-sgd: `local_steps` local steps between model averages. ad-psgd:
-// asynchronous decentralized SGD.
-enum class Algo { single, allreduce, gossip, ps_sync, ps_async, local_sgd, ad_psgd };
+// asynchronous decentralized SGD. partial-allreduce: model averages within groups of the peers
+// ready at the same time (Prague).
+enum class Algo {
+  single, allreduce, gossip, ps_sync, ps_async, local_sgd, ad_psgd, partial_allreduce
+};
 enum class Activation { relu, tanh };
 enum class NoiseMode { distributed, local };
 enum class Sampling { poisson, shuffle };
@@ -50,7 +53,8 @@ enum class Balance { off, speed };
 template <class E> struct EnumNames;
 template <> struct EnumNames<Algo> {
   static constexpr std::string_view names[] = {"single",   "allreduce", "gossip", "ps-sync",
-                                               "ps-async", "local-sgd", "ad-psgd"};
+                                               "ps-async", "local-sgd", "ad-psgd",
+                                               "partial-allreduce"};
 };
 template <> struct EnumNames<Activation> {
   static constexpr std::string_view names[] = {"relu", "tanh"};
@@ -210,6 +214,7 @@ struct TrainConfig {
   int servers = 1;             // ps-sync / ps-async: ranks 0..servers-1 each hold a shard
   int max_staleness = 4;       // ps-async: how far ahead of the slowest worker one may run
   int local_steps = 4;         // local-sgd: local DP steps between model averages
+  int group_size = 2;          // partial-allreduce: peers a group averages (at most)
   long long bucket_bytes = 0;  // allreduce: 0 = one all-reduce after backward; else buckets
   bool hierarchical = false;   // allreduce, local-sgd: within each host first (hierarchical.h)
   // Uneven peers: speed measures each peer on public work at the start and gives it a share of

@@ -26,6 +26,11 @@ inline constexpr uint32_t kOpDeviceExchange = 8;
 // A link's probe: its pings, bulk transfer and figures (net/link_probe.h).
 inline constexpr uint32_t kOpProbe = 9;
 
-static_assert(kOpProbe < kOpsPerSpace, "every id of space 0 stays below kOpsPerSpace");
+// The partial all-reduce (train/algo_partial.cc): requests to join a group, by its service, and a
+// member's model to another member of its group.
+inline constexpr uint32_t kOpGroups = 10;
+inline constexpr uint32_t kOpGroupModel = 11;
+
+static_assert(kOpGroupModel < kOpsPerSpace, "every id of space 0 stays below kOpsPerSpace");
 
 }  // namespace dpg::net

@@ -19,6 +19,16 @@ std::vector<int> neighbours(const TrainConfig&, int rank, int,
   return graph_neighbours(phases, rank);
 }
 
+// The partial all-reduce: any peer may share a group with any other.
+std::vector<int> every_peer(const TrainConfig&, int rank, int world,
+                            const std::vector<GossipPhase>&) {
+  std::vector<int> out;
+  for (int p = 0; p < world; ++p) {
+    if (p != rank) out.push_back(p);
+  }
+  return out;
+}
+
 bool never(const TrainConfig&) { return false; }
 bool always(const TrainConfig&) { return true; }
 // The buckets' all-reduces run on a communication thread while the backward pass goes on.
@@ -67,6 +77,9 @@ const AlgoInfo kAlgorithms[] = {
     // Responders answer while the peer computes.
     {Algo::ad_psgd, dp::Release::own, always, never, yes, yes, no, yes, no, neighbours,
      DPG_FACTORY(make_ad_psgd)},
+    // Rank 0's generator answers while it computes; a group's members talk to each other.
+    {Algo::partial_allreduce, dp::Release::own, always, never, no, yes, no, no, no, every_peer,
+     DPG_FACTORY(make_partial_allreduce)},
 };
 
 #undef DPG_FACTORY

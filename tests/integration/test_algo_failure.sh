@@ -37,3 +37,5 @@ kill_one 3 --algo ps-async --servers 2
 kill_one 2 --algo local-sgd --local-steps 4
 kill_one 1 --algo ad-psgd --topology ring          # a passive peer
 kill_one 2 --algo allreduce --bucket-bytes 65536
+kill_one 0 --algo partial-allreduce --group-size 2  # the group generator
+kill_one 3 --algo partial-allreduce --group-size 3  # a member

@@ -24,6 +24,7 @@ run ps-sync --algo ps-sync --servers 2
 run ps-async --algo ps-async --servers 2 --max-staleness 4
 run local-sgd --algo local-sgd --local-steps 4
 run ad-psgd --algo ad-psgd --topology ring
+run partial --algo partial-allreduce --group-size 2
 
 py '
 import json, math, sys
@@ -32,7 +33,7 @@ def summary(name):
     lines = [l.split("] ", 1)[-1] for l in open(f"{work}/{name}.json") if "{" in l]
     return json.loads(lines[-1])
 runs = {n: summary(n) for n in ["allreduce", "bucketed", "gossip", "ps-sync", "ps-async",
-                                "local-sgd", "ad-psgd"]}
+                                "local-sgd", "ad-psgd", "partial"]}
 base = runs["allreduce"]["test_accuracy"]
 for name, s in runs.items():
     print("%-10s test accuracy %.4f  epsilon %.3f  message epsilon %.3f  %s noise  %.0f samples/s"
@@ -52,6 +53,9 @@ for name in ["ps-async"]:
     s = runs[name]
     if not (0 <= s["staleness_max"] <= 4): bad.append("%s: staleness %r" % (name, s["staleness_max"]))
 if runs["ps-sync"]["noise_mode"] != "distributed": bad.append("ps-sync is not distributed")
+p = runs["partial"]
+if p["group_size"] != 2 or not 0 <= p["lone_steps"] <= p["groups"] == p["steps"]:
+    bad.append("partial: groups %r" % ({k: p.get(k) for k in ["groups", "lone_steps", "steps"]},))
 assert not bad, bad
 # Every epoch line carries both epsilons, and the last one agrees with the summary.
 lines = [json.loads(l) for l in open(f"{work}/m.jsonl")]
