@@ -55,7 +55,8 @@ import plot_gap
 import plot_metrics
 import trace_summary
 
-ALGOS = ("single", "allreduce", "gossip", "ps-sync", "ps-async", "local-sgd", "ad-psgd")
+ALGOS = ("single", "allreduce", "gossip", "ps-sync", "ps-async", "local-sgd", "ad-psgd",
+         "partial-allreduce")
 GRAPH_ALGOS = ("gossip", "ad-psgd")  # the algorithms that take a topology
 DEFAULTS = {"binary": "build/apps/dpgossip", "out": "runs/sweep", "timeout_s": 3600,
             "common": [], "grid": None, "runs": [], "trace": False}

@@ -78,7 +78,7 @@ const AlgoInfo kAlgorithms[] = {
     {Algo::ad_psgd, dp::Release::own, always, never, yes, yes, no, yes, no, neighbours,
      DPG_FACTORY(make_ad_psgd)},
     // Rank 0's generator answers while it computes; a group's members talk to each other.
-    {Algo::partial_allreduce, dp::Release::own, always, never, no, yes, no, no, no, every_peer,
+    {Algo::partial_allreduce, dp::Release::own, always, never, no, yes, no, yes, no, every_peer,
      DPG_FACTORY(make_partial_allreduce)},
 };
 

@@ -49,6 +49,22 @@ grep -q "run unnamed left out" plot_gap.err || fail "plot_gap: no note on the ru
 "$PY" "$tools/plot_metrics.py" old.jsonl --runs unnamed,unnamed-2 -o figs/old.png 2>/dev/null ||
   fail "plot_metrics: no run unnamed-2 after an old line with epoch 1 again"
 
+# Time to a target accuracy and accuracy at a fixed time, read at epoch ends.
+{ echo '{"kind": "epoch", "run": "a", "epoch": 1, "wall_s": 10, "test_accuracy": 0.70, "algo": "allreduce"}'
+  echo '{"kind": "epoch", "run": "a", "epoch": 2, "wall_s": 20, "test_accuracy": 0.81, "algo": "allreduce"}'
+  echo '{"kind": "summary", "run": "a", "wall_s": 21, "test_accuracy": 0.81, "epsilon": 3.0, "algo": "allreduce"}'
+  echo '{"kind": "epoch", "run": "b", "epoch": 1, "wall_s": 5, "test_accuracy": 0.60, "algo": "gossip"}'
+} >tta.jsonl
+"$PY" "$tools/time_to_accuracy.py" tta.jsonl --target 0.8 --at 15 -o tta.md ||
+  fail "time_to_accuracy.py: exit $?"
+grep -qF "| a | allreduce | 20.0 | 70.00 | 81.00 | 21.0 | 3 |" tta.md || fail "tta row a: $(cat tta.md)"
+grep -qF "| b | gossip | - | 60.00 | - | - | - |" tta.md || fail "tta row b: $(cat tta.md)"
+"$PY" "$tools/time_to_accuracy.py" tta.jsonl --target 80 2>tta.err && fail "--target 80 accepted"
+grep -q "not a fraction" tta.err || fail "--target 80: $(cat tta.err)"
+"$PY" "$tools/time_to_accuracy.py" tta.jsonl --target 0.8 --runs c 2>tta.err &&
+  fail "an unknown run accepted"
+grep -q "no run named c" tta.err || fail "--runs c: $(cat tta.err)"
+
 # A run a signal stopped ends with a "stopped" line (dpgossip train, docs/TRAINING.md): its epochs
 # are drawn like any others, in all three figures.
 { cat m.jsonl

@@ -64,6 +64,7 @@ dpg::TrainConfig unusual() {
   c.servers = 2;
   c.max_staleness = 0;
   c.local_steps = 8;
+  c.group_size = 3;
   c.bucket_bytes = 1 << 20;
   c.hierarchical = true;  // of allreduce and local-sgd: unusual_valid() resets it
   c.balance = dpg::Balance::speed;
@@ -131,7 +132,7 @@ TEST_CASE("train config: a field of some algorithms is refused, not ignored, wit
     ++seen;
     for (dpg::Algo a : {dpg::Algo::single, dpg::Algo::allreduce, dpg::Algo::gossip,
                         dpg::Algo::ps_sync, dpg::Algo::ps_async, dpg::Algo::local_sgd,
-                        dpg::Algo::ad_psgd}) {
+                        dpg::Algo::ad_psgd, dpg::Algo::partial_allreduce}) {
       CAPTURE(dpg::to_string(a));
       const dpg::Json j = {{"algo", dpg::to_string(a)}, {f.key, u[f.key]}};
       const std::string e = error_of(j);
@@ -147,8 +148,8 @@ TEST_CASE("train config: a field of some algorithms is refused, not ignored, wit
       }
     }
   }
-  CHECK(seen == 7);  // servers, max_staleness, local_steps, bucket_bytes, hierarchical, balance,
-                     // balance_every
+  CHECK(seen == 8);  // servers, max_staleness, local_steps, group_size, bucket_bytes,
+                     // hierarchical, balance, balance_every
 }
 
 TEST_CASE("train config: the defaults are the recipe's") {
@@ -159,6 +160,7 @@ TEST_CASE("train config: the defaults are the recipe's") {
   CHECK(c.servers == 1);
   CHECK(c.max_staleness == 4);
   CHECK(c.local_steps == 4);
+  CHECK(c.group_size == 2);
   CHECK(c.bucket_bytes == 0);
   CHECK(c.trace.empty());
   CHECK(c.topology_schedule.empty());
@@ -175,13 +177,13 @@ TEST_CASE("train config: an unknown key is rejected by name") {
 TEST_CASE("train config: a bad enum value names the path and the choices") {
   const std::string e = error_of({{"algo", "gosip"}});
   CHECK(has(e, "cfg.json:/algo: "));
-  CHECK(has(e, "single, allreduce, gossip, ps-sync, ps-async, local-sgd or ad-psgd"));
+  CHECK(has(e, "single, allreduce, gossip, ps-sync, ps-async, local-sgd, ad-psgd or partial-allreduce"));
   CHECK(has(e, "\"gosip\""));
   CHECK(has(error_of({{"activation", "sigmoid"}}), "cfg.json:/activation: expected relu or tanh"));
   CHECK(has(error_of({{"sampling", 3}}), "cfg.json:/sampling: expected a string"));
   CHECK(has(error_of({{"accountant", "prv"}}), "cfg.json:/accountant: expected pld or rdp"));
   for (const char* a : {"single", "allreduce", "gossip", "ps-sync", "ps-async", "local-sgd",
-                        "ad-psgd"}) {
+                        "ad-psgd", "partial-allreduce"}) {
     CHECK(dpg::to_string(dpg::train_config_from_json({{"algo", a}}, "x").algo) == a);
   }
 }

@@ -7,6 +7,9 @@
 #include <cmath>
 #include <exception>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,6 +60,25 @@ inline double max_abs(const std::vector<float>& a) {
   double m = 0;
   for (float v : a) m = std::max(m, std::fabs(double(v)));
   return m;
+}
+
+// A step hook that sleeps before each step for a random 0..max_us microseconds, drawn from one
+// generator seeded by `seed` and shared by every peer.
+inline std::function<void(int, long long)> random_delays(unsigned seed, int max_us) {
+  struct State {
+    std::mutex mu;
+    std::mt19937 rng;
+  };
+  auto s = std::make_shared<State>();
+  s->rng.seed(seed);
+  return [s, max_us](int, long long) {
+    int us;
+    {
+      std::lock_guard lock(s->mu);
+      us = std::uniform_int_distribution<int>(0, max_us)(s->rng);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
+  };
 }
 
 struct PeerResult {

@@ -112,16 +112,7 @@ TEST_CASE("ad-psgd: random delays, no deadlock; the mean is kept and the spread 
     c.init = Init::independent;
     c.epochs = 4;
     c.metrics_every = 3;  // K-step consensus reports: collectives between steps
-    std::mutex mu;
-    std::mt19937 delays(42);
-    const auto sleepy = [&](int, long long) {
-      int us;
-      {
-        std::lock_guard lock(mu);
-        us = std::uniform_int_distribution<int>(0, 5000)(delays);
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(us));
-    };
+    const auto sleepy = test::random_delays(42, 5000);
     const auto peers = test::run_peers(k.world, c, 400, graph(k.kind, k.world),
                                        std::chrono::seconds(20), sleepy);
     std::vector<std::vector<float>> finals;
