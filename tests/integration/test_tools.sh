@@ -65,6 +65,12 @@ grep -q "not a fraction" tta.err || fail "--target 80: $(cat tta.err)"
   fail "an unknown run accepted"
 grep -q "no run named c" tta.err || fail "--runs c: $(cat tta.err)"
 
+# The scaling plot: runs named alike but for their -nP- part form one curve.
+"$PY" "$tools/plot_scaling.py" m.jsonl -o figs/scaling.png --target 0.5 2>scaling.err ||
+  fail "plot_scaling.py: exit $?: $(cat scaling.err)"
+is_png figs/scaling.png || fail "plot_scaling.py wrote no PNG"
+grep -q "run unnamed left out" scaling.err || fail "plot_scaling: no note on the run without summary"
+
 # A run a signal stopped ends with a "stopped" line (dpgossip train, docs/TRAINING.md): its epochs
 # are drawn like any others, in all three figures.
 { cat m.jsonl
