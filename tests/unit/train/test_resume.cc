@@ -133,8 +133,11 @@ TEST_CASE("resume: the asynchronous algorithms stop together, resume and finish 
   ps.stop_check_every = 4;
   TrainConfig ad = test::small_config(Algo::ad_psgd);
   ad.stop_check_every = 4;
+  TrainConfig partial = test::small_config(Algo::partial_allreduce);
+  partial.stop_check_every = 4;
   for (const auto& [c, phases] : {std::pair{ps, std::vector<train::GossipPhase>{}},
-                                  std::pair{ad, ring(4)}}) {
+                                  std::pair{ad, ring(4)},
+                                  std::pair{partial, std::vector<train::GossipPhase>{}}}) {
     CAPTURE(to_string(c.algo));
     TempDir dir;
     TrainConfig first = c;
@@ -158,6 +161,12 @@ TEST_CASE("resume: the asynchronous algorithms stop together, resume and finish 
       // The pairings count on from the checkpoint's.
       CHECK(resumed[0].summary.extra["pairings"].get<long long>() >
             stopped[0].summary.extra["pairings"].get<long long>());
+    }
+    if (c.algo == Algo::partial_allreduce) {
+      // Every step joined a group, those before the checkpoint counted on.
+      for (const auto& p : resumed) {
+        CHECK(p.summary.extra["groups"].get<long long>() == p.summary.steps);
+      }
     }
   }
 }
