@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <thread>
+#include <utility>
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
@@ -22,7 +23,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kSlowdownReps = 5;
-constexpr int kSpeedPasses = 5;  // passes each peer times in its slot
+constexpr int kSpeedWindows = 2;  // windows each peer times in its slot
+// A window repeats the probe's pass for at least this long: three periods of the kernel's CFS
+// bandwidth control (100 ms by default), so that a peer held by a CPU quota (a container's
+// limit, a cgroup's cpu.cfs_quota_us) is measured at its throttled speed. A single short pass
+// fits in the quota's budget and runs at full speed: 4 peers, one at an eighth of a core, were
+// measured within 12% of each other that way.
+constexpr double kWindowSeconds = 0.3;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -190,6 +197,23 @@ std::vector<std::string> probe_slowdowns(collective::Communicator& comm, const T
 // slot while the others sleep, so peers that share a machine's cores do not slow each other's
 // measurement (a peer waiting on the network may poll). The fastest pass counts: interference
 // only ever slows one.
+namespace {
+
+// Passes of `probe` until kWindowSeconds have gone by: {seconds per pass, seconds taken}.
+std::pair<double, double> timed_window(train::SpeedProbe& probe) {
+  const auto t0 = Clock::now();
+  int passes = 0;
+  double elapsed = 0;
+  do {
+    probe.pass();
+    ++passes;
+    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  } while (elapsed < kWindowSeconds);
+  return {elapsed / passes, elapsed};
+}
+
+}  // namespace
+
 double measure_alone(collective::Communicator& comm, const TrainConfig& c,
                      const data::Prepared& data, std::size_t rows,
                      const train::Straggler& straggler) {
@@ -198,10 +222,10 @@ double measure_alone(collective::Communicator& comm, const TrainConfig& c,
                           straggler.active() ? &straggler : nullptr);
   probe.pass();  // warms the caches and the allocator
   std::vector<double> first(static_cast<std::size_t>(world), 0.0);
-  first[static_cast<std::size_t>(me)] = probe.pass();
+  first[static_cast<std::size_t>(me)] = timed_window(probe).second;
   comm.allreduce(public_value(std::span<double>(first)));  // timings of synthetic work
   const double longest = *std::max_element(first.begin(), first.end());
-  const auto slot = std::chrono::duration<double>(kSpeedPasses * longest * 1.5 + 0.02);
+  const auto slot = std::chrono::duration<double>(kSpeedWindows * longest * 1.5 + 0.02);
   comm.barrier();
   // Slot 0 is left empty: a peer measured right after the barrier was found at 0.6 of its
   // speed (the others still settling), whichever rank held the first slot. Peer r measures in
@@ -209,10 +233,12 @@ double measure_alone(collective::Communicator& comm, const TrainConfig& c,
   const auto t0 = Clock::now();
   std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(slot * (me + 1)));
   const auto end = t0 + std::chrono::duration_cast<Clock::duration>(slot * (me + 2));
-  double best = probe.pass();
-  for (int i = 1; i < kSpeedPasses && Clock::now() + std::chrono::duration<double>(best) < end;
+  auto [best, took] = timed_window(probe);
+  for (int i = 1; i < kSpeedWindows && Clock::now() + std::chrono::duration<double>(took) < end;
        ++i) {
-    best = std::min(best, probe.pass());
+    const auto [per_pass, t] = timed_window(probe);
+    best = std::min(best, per_pass);
+    took = t;
   }
   std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(slot * (world + 1)));
   comm.barrier();

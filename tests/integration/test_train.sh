@@ -110,4 +110,16 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 assert s["skipped_batches"] > 0 and s["dropped_examples"] > 0, s
 ' "$work/div.json"
+# The balancer sees a slow peer: 2 peers, rank 1 stretched 4x, rows moved by the measured
+# speeds (timed one peer at a time on public work), every peer at the global rate.
+"$bin" launch --peers 2 -- train --data "$work/data" --algo allreduce --epochs 1 --threads 1 \
+  --metrics "" --noise-multiplier 1 --slowdown 1:4 --balance speed --json >"$work/bal.json" \
+  2>"$work/bal.err" || { cat "$work/bal.err"; echo "FAIL: balanced run"; exit 1; }
+py '
+import json, sys
+s = json.loads([l.split("] ", 1)[-1] for l in open(sys.argv[1]) if "{" in l][-1])
+shares = s["balance"]["shares"]
+assert len(shares) == 2 and shares[1] < 0.5 * shares[0], shares  # asked 4x: about 0.2 / 0.8
+assert len(set(s["peer_q"])) == 1, s["peer_q"]
+' "$work/bal.json"
 echo "train integration: ok"
