@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/collective/communicator.h"
+#include "runtime/core/error.h"
 #include "runtime/core/train_config.h"
 #include "runtime/data/dataset.h"
 #include "runtime/net/inproc/inproc_transport.h"
@@ -144,6 +145,28 @@ inline std::vector<PeerResult> run_peers(
     });
   }
   for (auto& t : threads) t.join();
+  return out;
+}
+
+// 4 peers of `c` for 2 epochs of 40 steps, each step 2 ms long, every wait bounded by 1 s, where
+// peer `dead` throws before its step 2 (the first evaluation, a collective, comes late): their
+// results, and the seconds the whole run took.
+struct FailedRun {
+  std::vector<PeerResult> peers;
+  double seconds = 0;
+};
+inline FailedRun run_with_one_failing(TrainConfig c, int dead,
+                                      const std::vector<train::GossipPhase>& phases = {}) {
+  c.epochs = 2;
+  c.batch_size = 40;  // 4 peers of 400 rows
+  const auto hook = [dead](int rank, long long t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (rank == dead && t == 2) throw Error(Code::aborted, "the test stops this peer");
+  };
+  const auto begin = std::chrono::steady_clock::now();
+  FailedRun out;
+  out.peers = run_peers(4, c, 400, phases, std::chrono::seconds(1), hook);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   return out;
 }
 

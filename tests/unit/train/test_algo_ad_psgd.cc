@@ -191,16 +191,7 @@ TEST_CASE("ad-psgd: learns the blobs with DP at 4 peers") {
 TEST_CASE("ad-psgd: a peer that fails mid-run makes the others fail, naming it, not hang") {
   for (const int dead : {2, 1}) {  // an active and a passive peer
     CAPTURE(dead);
-    TrainConfig c = ad_config();
-    c.epochs = 2;
-    c.batch_size = 40;  // 40 steps an epoch: the first evaluation (a collective) comes late
-    const auto hook = [&](int rank, long long t) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      if (rank == dead && t == 2) throw Error(Code::aborted, "the test stops this peer");
-    };
-    const auto begin = Clock::now();
-    const auto peers = test::run_peers(4, c, 400, graph("ring", 4), std::chrono::seconds(1), hook);
-    const double took = std::chrono::duration<double>(Clock::now() - begin).count();
+    const auto [peers, took] = test::run_with_one_failing(ad_config(), dead, graph("ring", 4));
     CHECK(took < 15.0);
     CHECK(peers[static_cast<std::size_t>(dead)].error.find("the test stops this peer") !=
           std::string::npos);

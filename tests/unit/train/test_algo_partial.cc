@@ -205,16 +205,8 @@ TEST_CASE("partial-allreduce: learns the blobs with DP at 4 peers") {
 TEST_CASE("partial-allreduce: a peer that fails mid-run makes the others fail, naming it") {
   for (const int dead : {0, 2}) {  // the generator and a member
     CAPTURE(dead);
-    TrainConfig c = partial_config();
-    c.epochs = 2;
-    c.batch_size = 40;  // 40 steps an epoch: the first evaluation (a collective) comes late
-    const auto hook = [&](int rank, long long t) {
-      std::this_thread::sleep_for(milliseconds(2));
-      if (rank == dead && t == 2) throw Error(Code::aborted, "the test stops this peer");
-    };
-    const auto begin = Clock::now();
-    const auto peers = test::run_peers(4, c, 400, {}, std::chrono::seconds(1), hook);
-    CHECK(seconds_since(begin) < 15.0);
+    const auto [peers, took] = test::run_with_one_failing(partial_config(), dead);
+    CHECK(took < 15.0);
     CHECK(peers[static_cast<std::size_t>(dead)].error.find("the test stops this peer") !=
           std::string::npos);
     int naming = 0;
