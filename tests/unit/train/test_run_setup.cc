@@ -65,10 +65,11 @@ TEST_CASE("run set-up: each algorithm's line decides what it allows") {
     allowing_nccl += line.nccl;
   }
   // The facts docs/ARCHITECTURE.md states: masks cancel only in allreduce's flat sum; the graph
-  // algorithms mix independent starts; NCCL carries allreduce's, local-sgd's and gossip's.
+  // algorithms and the partial all-reduce mix independent starts; NCCL carries allreduce's,
+  // local-sgd's and gossip's.
   CHECK(allowing_secagg == 1);
   CHECK(train::algo_info(Algo::allreduce).secure_aggregation);
-  CHECK(allowing_independent == 2);
+  CHECK(allowing_independent == 3);
   CHECK(allowing_nccl == 3);
   CHECK(refusal([] {
           TrainConfig c = test::small_config(Algo::ps_sync);
