@@ -1,7 +1,9 @@
 // AD-PSGD (Lian et al., ICML 2018): asynchronous decentralized SGD. The graph (one phase) must be
 // bipartite; every peer 2-colours it the same way (BFS from rank 0): colour 0 is active, colour 1
 // passive, so no two requests wait on each other. At step t an active peer i picks one passive
-// neighbour j (its own generator, seeded by config.seed and rank), sends x_i and gets back
+// neighbour j (its own generator, seeded by config.seed and rank: uniformly, or under --balance
+// speed in proportion to the neighbours' measured speeds, so that a slow peer, whose responder
+// answers late when its whole process is slowed, is asked less often), sends x_i and gets back
 // x_j' = x_j + pending_j, then x_i <- (x_i + x_j') / 2 and its SGD step; j's responder records
 // pending_j += (x_i - x_j') / 2 under a short mutex, and j's training thread adds pending_j to its
 // model before its own step. The pair's sum, and with lr 0 the mean, is kept (up to rounding).
@@ -15,6 +17,8 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <numeric>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -81,9 +85,19 @@ class AdPsgdAlgorithm final : public Algorithm {
     neighbours_ = topology::undirected_union(s.phases.front().period)[static_cast<std::size_t>(rank_)];
     (active_ ? reply_ : pending_).assign(s.num_params, 0.0f);
     if (!active_) answer_.assign(s.num_params, 0.0f);
+    std::ostringstream chances;
+    if (active_ && !s.peer_share.empty()) {
+      DPG_CHECK(static_cast<int>(s.peer_share.size()) == comm_.world());
+      for (int j : neighbours_) weights_.push_back(s.peer_share[static_cast<std::size_t>(j)]);
+      const double total = std::accumulate(weights_.begin(), weights_.end(), 0.0);
+      chances << ", partners by speed:";
+      for (std::size_t k = 0; k < neighbours_.size(); ++k) {
+        chances << " rank " << neighbours_[k] << " " << weights_[k] / total;
+      }
+    }
     DPG_INFO("train: ad-psgd on " << label_ << ": this peer is "
                                   << (active_ ? "active" : "passive") << ", "
-                                  << neighbours_.size() << " neighbours");
+                                  << neighbours_.size() << " neighbours" << chances.str());
   }
 
   void before_gradient(long long, std::span<const float> x) override {
@@ -144,6 +158,7 @@ class AdPsgdAlgorithm final : public Algorithm {
     line["pairings"] = pairings_.load(std::memory_order_relaxed);
     if (!summary) return;
     line["role"] = active_ ? "active" : "passive";
+    line["pairing"] = weights_.empty() ? "uniform" : "by speed";
     // Pairwise averaging at random times mixes by no fixed matrix: no rho, no spectral gap.
     line["rho"] = line["spectral_gap"] = nullptr;
   }
@@ -153,7 +168,7 @@ class AdPsgdAlgorithm final : public Algorithm {
 
   // Active: a notice to every passive neighbour, the model to one of them, its reply back.
   void average_with_one(long long t, std::span<float> params) {
-    const std::size_t pick = static_cast<std::size_t>(rng_.below(neighbours_.size()));
+    const std::size_t pick = pick_partner();
     std::vector<int> tickets;
     for (std::size_t k = 0; k < neighbours_.size(); ++k) {
       tickets.push_back(
@@ -165,6 +180,19 @@ class AdPsgdAlgorithm final : public Algorithm {
     for (int ticket : tickets) service_.wait(ticket);  // then the model may change
     for (std::size_t i = 0; i < params.size(); ++i) params[i] = 0.5f * (params[i] + reply_[i]);
     pairings_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // Active: the index of the neighbour to pair with, uniform or weighted by speed. A weighted
+  // choice keeps each pairing a symmetric average (doubly stochastic), and every neighbour keeps a
+  // chance (the balancer's floor), so the graph stays connected in expectation.
+  std::size_t pick_partner() {
+    if (weights_.empty()) return static_cast<std::size_t>(rng_.below(neighbours_.size()));
+    double u = rng_.uniform() * std::accumulate(weights_.begin(), weights_.end(), 0.0);
+    for (std::size_t k = 0; k + 1 < weights_.size(); ++k) {
+      if (u < weights_[k]) return k;
+      u -= weights_[k];
+    }
+    return weights_.size() - 1;
   }
 
   // Passive, before a collective that reads the model: the steps' requests answered, deltas added.
@@ -208,6 +236,7 @@ class AdPsgdAlgorithm final : public Algorithm {
   Rng rng_;  // which neighbour to pair with (public: seeded by config.seed and rank)
   bool active_ = false;
   std::vector<int> neighbours_;  // the other colour, ascending
+  std::vector<double> weights_;  // active under --balance speed: neighbours_'s shares; else empty
   std::atomic<long long> pairings_{0};
   std::vector<float> reply_;     // active: the paired neighbour's model
   // Passive: the responders read params_ and write pending_ under mu_, as apply() the model.

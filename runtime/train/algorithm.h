@@ -72,6 +72,9 @@ struct AlgoSetup {
   // collectives on its memory (null: messages go over the transport, staged through the host).
   model::DeviceMlp* device = nullptr;
   collective::DeviceCollectives* direct = nullptr;
+  // Each peer's share of the work from --balance speed (public speeds; RunInputs::peer_share), in
+  // rank order; empty: even peers.
+  std::span<const double> peer_share = {};
 };
 
 class Algorithm {

@@ -227,7 +227,8 @@ std::unique_ptr<RunState> build_state(const RunInputs& in, const dp::PrivacyPlan
                                 .tracer = in.tracer,
                                 .host_of = in.host_of,
                                 .device = s.device.get(),
-                                .direct = s.direct.get()});
+                                .direct = s.direct.get(),
+                                .peer_share = in.peer_share});
   s.resident = s.device != nullptr && s.algorithm->updates_on_device();
   Straggler straggler(in.slowdown, rank_of(in), 1.0 / plan.q);
   if (straggler.active()) s.straggler.emplace(std::move(straggler));

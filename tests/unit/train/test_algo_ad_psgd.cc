@@ -213,3 +213,36 @@ TEST_CASE("ad-psgd: a peer that fails mid-run makes the others fail, naming it, 
     CHECK(naming >= 1);
   }
 }
+
+TEST_CASE("ad-psgd: under --balance speed an active peer pairs with a neighbour by its speed") {
+  // The ring 0-1-2-3: ranks 0 and 2 are active, 1 and 3 passive. Rank 3 measured at a third of
+  // the others' speed: each active peer asks it 0.1 / (0.3 + 0.1) = 1/4 of the time.
+  const std::vector<double> shares = {0.3, 0.3, 0.3, 0.1};
+  TrainConfig c = ad_config();
+  c.batch_size = 40;  // 40 steps an epoch
+  c.epochs = 6;
+  const auto peers = test::run_peers(4, c, 400, graph("ring", 4),
+                                     std::chrono::seconds(20), {},
+                                     [&](int, train::RunInputs& in) { in.peer_share = shares; });
+  for (const auto& p : peers) REQUIRE(p.error == "");
+  const long long steps = peers[0].summary.steps;
+  REQUIRE(steps >= 200);
+  CHECK(peers[0].summary.extra["pairing"] == "by speed");
+  CHECK(peers[1].summary.extra["pairing"] == "uniform");  // passive: it does not choose
+  const auto answered = [&](int r) {
+    return peers[static_cast<std::size_t>(r)].summary.extra["pairings"].get<long long>();
+  };
+  CHECK(answered(1) + answered(3) == 2 * steps);
+  // Binomial(2 steps, 1/4): mean steps / 2, standard deviation sqrt(3 steps / 8); 6 of them.
+  const double sd = std::sqrt(3.0 * static_cast<double>(steps) / 8.0);
+  CHECK(std::abs(static_cast<double>(answered(3)) - 0.5 * static_cast<double>(steps)) < 6 * sd);
+  CHECK(peers[0].summary.test_accuracy > 0.8);
+
+  // Even peers: uniform, each passive peer asked half the time.
+  const auto even = test::run_peers(4, c, 400, graph("ring", 4));
+  for (const auto& p : even) REQUIRE(p.error == "");
+  CHECK(even[0].summary.extra["pairing"] == "uniform");
+  const double even_sd = std::sqrt(static_cast<double>(even[0].summary.steps) / 2.0);
+  CHECK(std::abs(static_cast<double>(even[3].summary.extra["pairings"].get<long long>()) -
+                 static_cast<double>(even[0].summary.steps)) < 6 * even_sd);
+}
