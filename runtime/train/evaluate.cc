@@ -1,11 +1,29 @@
 #include "runtime/train/evaluate.h"
 
 #include <algorithm>
+#include <cmath>
+
+#include "runtime/core/check.h"
 
 namespace dpg::train {
 
-Evaluator::Evaluator(const data::Dataset& test, collective::Communicator* comm)
-    : test_(test), comm_(comm) {}
+Evaluator::Evaluator(const data::Dataset& test, collective::Communicator* comm,
+                     std::vector<double> shares)
+    : test_(test), comm_(comm) {
+  if (shares.empty()) return;
+  DPG_CHECK(static_cast<int>(shares.size()) == world());
+  bounds_.push_back(0.0);
+  for (double s : shares) bounds_.push_back(bounds_.back() + s);
+}
+
+std::size_t Evaluator::slice_begin(int r, std::size_t rows) const {
+  const std::size_t n = static_cast<std::size_t>(world()), k = static_cast<std::size_t>(r);
+  if (k >= n) return rows;
+  if (bounds_.empty()) return rows * k / n;
+  // The same doubles on every peer: the slices tile [0, rows) alike everywhere.
+  const double at = std::round(static_cast<double>(rows) * bounds_[k] / bounds_.back());
+  return std::min(rows, static_cast<std::size_t>(std::max(0.0, at)));
+}
 
 void Evaluator::sum(std::span<double> values) const {
   if (comm_) comm_->allreduce(public_value(values), collective::Reduce::sum);
@@ -14,8 +32,7 @@ void Evaluator::sum(std::span<double> values) const {
 model::Mlp::Evaluation Evaluator::shared(const model::Mlp& m, model::Workspace& ws,
                                          std::size_t limit) const {
   const std::size_t rows = std::min(limit, test_.rows), cols = test_.cols;
-  const std::size_t n = static_cast<std::size_t>(world()), r = static_cast<std::size_t>(rank());
-  const std::size_t begin = rows * r / n, end = rows * (r + 1) / n;
+  const std::size_t begin = slice_begin(rank(), rows), end = slice_begin(rank() + 1, rows);
   const auto ev = m.evaluate(
       std::span<const float>(test_.features).subspan(begin * cols, (end - begin) * cols),
       std::span<const std::int32_t>(test_.labels).subspan(begin, end - begin), ws);

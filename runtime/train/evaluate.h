@@ -1,5 +1,7 @@
 // Evaluation shared by the peers of a run: each peer scores a slice of the test split and the
-// counts are summed, or each scores its own model and the scores are gathered.
+// counts are summed, or each scores its own model and the scores are gathered. The slices are
+// even, or in proportion to the load balancer's shares (public speeds), so that a slow peer
+// scores few rows and the others do not wait on it.
 #pragma once
 
 #include <cstddef>
@@ -15,8 +17,10 @@ namespace dpg::train {
 
 class Evaluator {
  public:
-  // `comm` (null alone) and `test` must outlive the evaluator.
-  Evaluator(const data::Dataset& test, collective::Communicator* comm);
+  // `comm` (null alone) and `test` must outlive the evaluator. `shares`: each peer's share of
+  // the work in rank order (the same on every peer, summing to 1), or empty for even slices.
+  Evaluator(const data::Dataset& test, collective::Communicator* comm,
+            std::vector<double> shares = {});
 
   // `m` (the same on every peer) on the first `rows` test rows (all by default), each peer taking
   // a slice; the result is the whole, on every peer.
@@ -32,10 +36,13 @@ class Evaluator {
   int rank() const { return comm_ ? comm_->rank() : 0; }
   int world() const { return comm_ ? comm_->world() : 1; }
   std::size_t rows() const { return test_.rows; }
+  // Where peer `r`'s slice of `rows` rows begins (slice_begin(world(), rows) == rows).
+  std::size_t slice_begin(int r, std::size_t rows) const;
 
  private:
   const data::Dataset& test_;
   collective::Communicator* comm_;
+  std::vector<double> bounds_;  // bounds_[r]: the shares of the peers before r (empty: even)
 };
 
 // Accuracy and mean loss of an evaluation (0 for no rows).

@@ -210,7 +210,7 @@ std::unique_ptr<RunState> build_state(const RunInputs& in, const dp::PrivacyPlan
   RunState& s = *state;
   // The GPU first, before this run's first collective: a peer without one fails at once.
   place_on_device(s, in);
-  s.evaluator.emplace(eval_split(in), in.comm);
+  s.evaluator.emplace(eval_split(in), in.comm, in.peer_share);
   if (in.comm && c.init == Init::same) {
     // Seeded initialisation already agrees; the broadcast makes it so whatever the build.
     in.comm->broadcast(public_model(std::span<float>(s.model.params())).bytes(), 0);

@@ -6,10 +6,12 @@
 #include <optional>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include "runtime/core/error.h"
 #include "runtime/data/dataset.h"
 #include "runtime/train/balance.h"
+#include "runtime/train/evaluate.h"
 #include "tests/unit/train/peers.h"
 
 using dpg::train::row_counts;
@@ -104,6 +106,57 @@ TEST_CASE("rows re-sharded at an epoch's start: the run goes on at the plan's ra
       // 1200 / 160 = 7.5 steps: epoch 2 starts at step 8, epoch 3 at step 15).
       CHECK(calls[static_cast<std::size_t>(r)] == std::vector<long long>{2000008, 3000015});
       CHECK(p.summary.test_accuracy > 0.5);
+    }
+  }
+}
+
+TEST_CASE("the shared evaluation's slices follow the shares and score the same whole") {
+  using namespace dpg;
+  constexpr int kWorld = 3;
+  const std::vector<double> shares = {0.5, 0.3, 0.2};
+  const data::Dataset rows = test::blobs(1001, 7);
+  model::MlpSpec spec;
+  spec.inputs = 8;
+  spec.hidden = {16};
+  spec.classes = 3;
+  const model::Mlp m(spec, 3);
+  // Alone: the whole split, the reference.
+  model::Workspace ws;
+  const auto whole = m.evaluate(rows.features, rows.labels, ws);
+  for (const bool balanced : {false, true}) {
+    CAPTURE(balanced);
+    net::InprocFabric fabric(kWorld, std::chrono::seconds(10));
+    std::vector<model::Mlp::Evaluation> got(kWorld);
+    std::vector<std::size_t> begins(kWorld + 1);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kWorld; ++r) {
+      threads.emplace_back([&, r] {
+        collective::Communicator comm(fabric.peer(r));
+        const train::Evaluator e(rows, &comm, balanced ? shares : std::vector<double>{});
+        model::Workspace own;
+        got[static_cast<std::size_t>(r)] = e.shared(m, own);
+        if (r == 0) {
+          for (int k = 0; k <= kWorld; ++k) {
+            begins[static_cast<std::size_t>(k)] = e.slice_begin(k, rows.rows);
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    CHECK(begins.front() == 0);
+    CHECK(begins.back() == rows.rows);
+    CHECK(std::is_sorted(begins.begin(), begins.end()));
+    if (balanced) {  // 500.5, 300.3 and 200.2 rows, rounded at the bounds
+      CHECK(begins[1] == 501);
+      CHECK(begins[2] == 801);
+    } else {
+      CHECK(begins[1] == 333);
+      CHECK(begins[2] == 667);
+    }
+    for (const auto& ev : got) {
+      CHECK(ev.rows == whole.rows);
+      CHECK(ev.correct == whole.correct);
+      CHECK(ev.loss_sum == doctest::Approx(whole.loss_sum).epsilon(1e-9));
     }
   }
 }
