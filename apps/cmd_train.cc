@@ -378,6 +378,17 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
       });
   finish_trace(tracer, comm, c.trace);
   if (!reporter) return;
+  if (summary.already_finished) {  // nothing ran: no metrics line, no summary of this call
+    if (flags.json) {
+      std::cout << Json{{"run", run}, {"already_finished", true}, {"steps", summary.steps},
+                        {"epsilon", summary.epsilon}}.dump()
+                << std::endl;
+    } else {
+      std::cout << "the run in " << c.checkpoint_dir << " had finished (" << summary.steps
+                << " steps, epsilon " << summary.epsilon << "): nothing was trained" << std::endl;
+    }
+    return;
+  }
   const dp::PrivacyPlan& plan = trainer.plan();
   Json s = summary.to_json(c, plan);
   s["run"] = run;

@@ -325,13 +325,42 @@ std::optional<long long> CheckpointDir::reserved() const {
   return until;
 }
 
-void CheckpointDir::reserve(long long until) const {
+namespace {
+
+void write_ledger(const std::string& folder, const Json& j) {
   std::error_code ec;
-  fs::create_directories(folder_, ec);
-  if (ec) fail(Code::failed_precondition, folder_ + ": cannot create: " + ec.message());
-  const Json j = {{"reserved_until", until}, {"rank", rank_}};
-  write_file_atomic((fs::path(folder_) / "ledger.json").string(), j.dump() + "\n",
+  fs::create_directories(folder, ec);
+  if (ec) fail(Code::failed_precondition, folder + ": cannot create: " + ec.message());
+  write_file_atomic((fs::path(folder) / "ledger.json").string(), j.dump() + "\n",
                     {.durable = true, .mode = 0600, .before_rename = {}});
+}
+
+}  // namespace
+
+void CheckpointDir::reserve(long long until) const {
+  write_ledger(folder_, {{"reserved_until", until}, {"rank", rank_}});
+}
+
+void CheckpointDir::mark_finished(const Finished& f) const {
+  write_ledger(folder_, {{"reserved_until", f.step},
+                         {"rank", rank_},
+                         {"finished", {{"step", f.step},
+                                       {"training_hash", f.training_hash},
+                                       {"training", f.training},
+                                       {"epsilon", f.epsilon}}}});
+}
+
+std::optional<CheckpointDir::Finished> CheckpointDir::finished() const {
+  if (!reserved()) return std::nullopt;  // no ledger (or a damaged one: reserved() throws)
+  const std::string path = (fs::path(folder_) / "ledger.json").string();
+  const Json j = read_json_file(path);
+  if (!j.contains("finished")) return std::nullopt;
+  JsonReader r(JsonReader(j, path + ":").at("finished"), path + ": /finished");
+  Finished f{r.integer("step"), r.string("training_hash"), r.at("training"), r.number("epsilon")};
+  if (f.step != JsonReader(j, path + ":").integer("reserved_until")) {
+    r.fail_at("step", "is " + std::to_string(f.step) + ", not the ledger's reserved_until");
+  }
+  return f;
 }
 
 }  // namespace dpg::train

@@ -104,6 +104,16 @@ class CheckpointDir {
   // The ledger: the highest step this peer may have reached; nullopt when there is none.
   std::optional<long long> reserved() const;
   void reserve(long long until) const;
+  // A run that took all its steps says so in its ledger, with what identifies it (its training
+  // settings' hash) and the epsilon it reported, so that a --resume of it trains nothing.
+  struct Finished {
+    long long step = 0;
+    std::string training_hash;
+    Json training;  // the settings themselves (training_settings()), to name what differs
+    double epsilon = 0;
+  };
+  void mark_finished(const Finished& f) const;
+  std::optional<Finished> finished() const;
 
  private:
   std::string folder_;

@@ -82,6 +82,9 @@ struct TrainSummary {
   long long stopped_at = -1;
   long long replay_charged_steps = 0;
   bool evaluated = false;  // an epoch was evaluated (a run stopped in its first epoch had none)
+  // A --resume of a run that had finished (every peer's ledger says so): nothing ran, and
+  // `epsilon` is what that run reported.
+  bool already_finished = false;
   Json extra = Json::object();   // the algorithm's own fields
   // A stopped run reports what ran: `steps` taken (the plan's in `planned_steps`), the last
   // evaluated epoch's accuracy (null if none was), and no last-iterate accuracy (none is taken).

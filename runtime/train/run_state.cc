@@ -108,6 +108,19 @@ Checkpoint save_run_state(const RunState& s, const Progress& p, const RunIdentit
   return out;
 }
 
+std::string settings_difference(const Json& theirs, const TrainConfig& c) {
+  std::string diff;
+  const Json mine = training_settings(c);  // kept alive: items() refers to it
+  for (const auto& [key, value] : mine.items()) {
+    const Json other = theirs.is_object() && theirs.contains(key) ? theirs[key] : Json();
+    if (other != value) {
+      diff += (diff.empty() ? "" : ", ") + ("/" + key) + " was " + show(other) + ", is " +
+              show(value);
+    }
+  }
+  return diff.empty() ? "the settings' hash differs" : diff;
+}
+
 void check_same_run(const Checkpoint& ck, const RunIdentity& id) {
   const TrainConfig& c = id.config;
   const Json& m = ck.meta;
@@ -120,18 +133,8 @@ void check_same_run(const Checkpoint& ck, const RunIdentity& id) {
            std::to_string(id.world));
   }
   if (m.value("training_hash", Json()) != Json(training_settings_hash(c))) {
-    const Json mine = training_settings(c);
-    const Json theirs = m.value("training", Json::object());
-    std::string diff;
-    for (const auto& [key, value] : mine.items()) {
-      const Json other = theirs.contains(key) ? theirs[key] : Json();
-      if (other != value) {
-        diff += (diff.empty() ? "" : ", ") + ("/" + key) + " was " + show(other) + ", is " +
-                show(value);
-      }
-    }
-    if (diff.empty()) diff = "the settings' hash differs";
-    refuse("written under another configuration (" + diff + ")");
+    refuse("written under another configuration (" +
+           settings_difference(m.value("training", Json::object()), c) + ")");
   }
   const bool fixed = m.value("noise_seed_fixed", false);
   if (fixed != (c.noise_seed != 0) ||

@@ -111,6 +111,9 @@ Checkpoint save_run_state(const RunState& s, const Progress& p, const RunIdentit
 // Throws invalid_argument naming the file and what differs when `c` was written by another
 // run: another training setting (the field), noise seed, plan, world or shard.
 void check_same_run(const Checkpoint& c, const RunIdentity& id);
+// What differs between training settings `theirs` (training_settings() of an earlier run) and
+// `c`'s: "/lr was 1.0, is 0.5, ...".
+std::string settings_difference(const Json& theirs, const TrainConfig& c);
 // Restores the model, momentum, average, accountants and progress of `c`; the sampler's and
 // the noise's generators too when the noise seed is fixed (a secret one is drawn anew).
 Progress restore_run_state(RunState& s, const Checkpoint& c, const RunIdentity& id);

@@ -187,6 +187,13 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
 TrainSummary Trainer::run_steps(const std::function<void(const EpochReport&)>& on_epoch,
                                 const std::function<void(const ConsensusReport&)>& on_consensus) {
   Loop loop(on_epoch, on_consensus);
+  if (const auto done = finished_before()) {
+    loop.summary.already_finished = true;
+    loop.summary.epsilon = done->epsilon;
+    loop.summary.peers = world();
+    loop.summary.steps = plan_.steps;
+    return loop.summary;
+  }
   start(loop);
   const int epochs = epoch_count(in_.config);
   int epoch = 1;
@@ -339,6 +346,7 @@ TrainSummary Trainer::finish(Loop& loop) {
   summary.dropped_examples = p.dropped;
   summary.skipped_batches = p.skipped;
   summary.accountant = s.accountant.to_json();
+  if (summary.stopped_at < 0) mark_finished(summary);
   return summary;
 }
 

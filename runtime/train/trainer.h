@@ -18,6 +18,7 @@
 #include "runtime/core/trace.h"
 #include "runtime/core/train_config.h"
 #include "runtime/data/dataset.h"
+#include "runtime/train/checkpoint.h"
 #include "runtime/train/gossip.h"
 #include "runtime/train/gradient.h"
 #include "runtime/train/report.h"
@@ -27,7 +28,6 @@ namespace dpg::train {
 
 struct RunState;  // the model, mechanism, optimiser, sampler, algorithm and accountant of one run
 struct Progress;  // where a run stands at a step boundary (run_state.h)
-class CheckpointDir;
 
 class Trainer {
  public:
@@ -123,6 +123,12 @@ class Trainer {
   // peers on the step to continue from, restores it and charges the accountants for any steps
   // taken past it that will not be repeated exactly. Returns where the run starts.
   Progress start_checkpoints(RunState& s, TrainSummary& summary);
+  // Collective, before the run state is built: whether this is a --resume of a run whose every
+  // peer's ledger says it took all its steps (then nothing is trained again). Throws naming the
+  // ledger when it says so for another run's settings. This peer's record when they all are.
+  std::optional<CheckpointDir::Finished> finished_before() const;
+  // At the end of a run that took all its steps: its ledger says so.
+  void mark_finished(const TrainSummary& summary) const;
   // At the boundary before step p.step: the stop check and the checkpoint when due. Returns
   // whether every peer stops here.
   bool at_boundary(RunState& s, const Progress& p, bool epoch_start);

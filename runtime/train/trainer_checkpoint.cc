@@ -158,6 +158,46 @@ Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
   return p;
 }
 
+std::optional<CheckpointDir::Finished> Trainer::finished_before() const {
+  const TrainConfig& c = in_.config;
+  if (!c.resume || c.checkpoint_dir.empty()) return std::nullopt;
+  const CheckpointDir dir(c.checkpoint_dir, rank(), c.checkpoint_keep);
+  const auto f = dir.finished();
+  const std::string hash = std::to_string(training_settings_hash(c));
+  if (f && f->training_hash != hash) {
+    fail(Code::invalid_argument,
+         "train: " + dir.folder() + "/ledger.json: /finished: written by a finished run under "
+         "another configuration (" + settings_difference(f->training, c) +
+         "); a resumed run must be the run that wrote it");
+  }
+  const bool mine = f && f->step == plan_.steps;
+  const auto all = gather(in_.comm, mine ? 1 : 0);
+  const long long done = std::count(all.begin(), all.end(), 1LL);
+  if (done == static_cast<long long>(all.size())) {
+    if (rank() == 0) {
+      DPG_INFO("train: --resume: the run in " << c.checkpoint_dir << " finished: every peer took "
+                                              << plan_.steps << " of " << plan_.steps
+                                              << " steps (epsilon " << f->epsilon
+                                              << "); nothing to train, nothing charged");
+    }
+    return f;
+  }
+  if (done > 0 && rank() == 0) {
+    DPG_WARN("train: --resume: " << done << " of " << all.size()
+                                 << " peers finished the run, the others did not: resuming "
+                                    "from the newest checkpoint every peer holds");
+  }
+  return std::nullopt;
+}
+
+void Trainer::mark_finished(const TrainSummary& summary) const {
+  if (!checkpoints_ || summary.already_finished) return;
+  checkpoints_->mark_finished({.step = plan_.steps,
+                               .training_hash = std::to_string(training_settings_hash(in_.config)),
+                               .training = training_settings(in_.config),
+                               .epsilon = summary.epsilon});
+}
+
 bool Trainer::at_boundary(RunState& s, const Progress& p, bool epoch_start) {
   const long long t = p.step;
   const long long every = in_.config.checkpoint_every;

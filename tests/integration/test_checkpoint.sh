@@ -9,7 +9,8 @@
 #      hook): the previous checkpoint is used;
 #   3. SIGTERM to every peer, then to one peer only: all exit 0 with a checkpoint at the same
 #      step, and --resume finishes the run;
-#   4. --resume under another --lr is refused, naming the field.
+#   4. --resume under another --lr is refused, naming the field;
+#   5. (before 4) --resume of a finished run trains nothing, charges nothing, changes nothing.
 set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -155,6 +156,28 @@ for who in all one; do
   start_run "$ck" --resume
   finish_run
   same_as_whole "SIGTERM to $who (stopped at step $stopped)"
+done
+
+# 5. --resume of the run that finished: it says so, trains nothing and charges nothing, every
+#    time (job scripts pass --resume always); every peer's folder is left as it was.
+before=$(cat "$work"/ck-all/rank-*/* | sha256sum)
+for again in 1 2; do
+  start_run "$work/ck-all" --resume
+  finish_run
+  py '
+import json, sys
+s = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+whole = json.loads(open(sys.argv[2]).read().splitlines()[-1])
+assert s["already_finished"] is True, s
+assert s["epsilon"] == whole["epsilon"], (s, whole["epsilon"])
+assert s["steps"] == whole["steps"], (s, whole["steps"])
+assert "test_accuracy" not in s, s
+' "$work/out-0.json" "$work/whole.json"
+  grep -q "finished: every peer took .* steps .*nothing to train, nothing charged" "$work/rank-0.log" ||
+    { echo "resume $again of a finished run:"; cat "$work/rank-0.log"; exit 1; }
+  ! grep -q "epoch  *1/" "$work/rank-0.log" || { echo "a finished run trained again"; exit 1; }
+  [ "$(cat "$work"/ck-all/rank-*/* | sha256sum)" = "$before" ] ||
+    { echo "resume $again of a finished run changed its folder"; exit 1; }
 done
 
 # 4. Another training setting is refused, naming it (every peer finds its own file differs).

@@ -285,3 +285,45 @@ TEST_CASE("resume: peers with no step in common refuse, naming each peer's newes
     CHECK(p.error.find("rank 0: step 10, rank 1: none") != std::string::npos);
   }
 }
+
+TEST_CASE("resume: a finished run trains nothing; finished on some peers only, it resumes") {
+  TrainConfig c = test::small_config(Algo::allreduce);
+  TempDir dir;
+  c.checkpoint_dir = dir.path.string();
+  c.checkpoint_every = 5;
+  const auto whole = run(2, c);
+  require_ok(whole);
+  c.resume = true;
+  for (int again = 0; again < 2; ++again) {  // job scripts pass --resume every time
+    const auto done = run(2, c);
+    require_ok(done);
+    for (const auto& p : done) {
+      CHECK(p.summary.already_finished);
+      CHECK(p.summary.epsilon == whole[0].summary.epsilon);
+      CHECK(p.epochs.empty());  // nothing evaluated, nothing trained
+    }
+  }
+  // Rank 1's ledger no longer says it finished (it died after its last step): every peer goes
+  // back to the newest checkpoint they share, and with the fixed seed repeats the rest exactly.
+  const train::CheckpointDir one(dir.path.string(), 1, 3);
+  REQUIRE(one.finished());
+  one.reserve(whole[0].summary.steps);
+  const auto resumed = run(2, c);
+  require_ok(resumed);
+  for (std::size_t r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    CHECK(!resumed[r].summary.already_finished);
+    CHECK(resumed[r].summary.resumed_from > 0);
+    CHECK(resumed[r].summary.replay_charged_steps == 0);
+    CHECK(resumed[r].params == whole[r].params);
+    CHECK(resumed[r].summary.epsilon == whole[r].summary.epsilon);
+  }
+  // A finished run's folder under another setting is refused, naming the ledger and the field.
+  c.lr = 0.5;
+  const auto refused = run(2, c, {}, {}, kFailTimeout);
+  for (const auto& p : refused) {
+    CAPTURE(p.error);
+    CHECK(p.error.find("ledger.json: /finished") != std::string::npos);
+    CHECK(p.error.find("/lr was") != std::string::npos);
+  }
+}
