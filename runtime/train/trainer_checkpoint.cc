@@ -111,10 +111,24 @@ Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
          "peer: " + newest + "); restore the missing files or start a new run in another "
          "--checkpoint-dir");
   }
-  const std::optional<long long> ledger = dir.reserved();
+  std::optional<long long> ledger = dir.reserved();
   if (!ledger && common >= 0) {
     fail(Code::data_loss, "train: " + dir.folder() + "/ledger.json is missing: the steps taken "
                           "after the newest checkpoint cannot be counted");
+  }
+  // A ledger is written before the steps it covers: never below this peer's newest checkpoint,
+  // never past the plan. Outside that it was edited or damaged, and the worst case is counted.
+  const long long newest_here = mine.empty() ? 0 : mine.back();
+  if (ledger && (*ledger < newest_here || *ledger > plan_.steps)) {
+    DPG_WARN("train: " << dir.folder() << "/ledger.json: /reserved_until " << *ledger
+                       << " is impossible ("
+                       << (*ledger > plan_.steps
+                               ? "past the plan's " + std::to_string(plan_.steps) + " steps"
+                               : "below this peer's newest checkpoint, step " +
+                                     std::to_string(newest_here))
+                       << "): the ledger is damaged; counting the worst case, that this peer "
+                          "reached the plan's last step");
+    ledger = plan_.steps;
   }
   bool exact = c.noise_seed != 0 && !algo_info(c.algo).asynchronous;
   std::optional<Checkpoint> ck;

@@ -10,7 +10,8 @@
 #   3. SIGTERM to every peer, then to one peer only: all exit 0 with a checkpoint at the same
 #      step, and --resume finishes the run;
 #   4. --resume under another --lr is refused, naming the field;
-#   5. (before 4) --resume of a finished run trains nothing, charges nothing, changes nothing.
+#   5. (before 4) --resume of a finished run trains nothing, charges nothing, changes nothing;
+#   3b. (in 3) ledgers edited below the checkpoint are damaged: the worst case is charged.
 set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -153,6 +154,26 @@ for who in all one; do
     [ "$files" = "$(printf 'ledger.json\nstep-%012d.ckpt' "$stopped")" ] ||
       { echo "rank $r: want the step-$stopped checkpoint, has: $files"; exit 1; }
   done
+  if [ $who = one ]; then
+    # A copy whose ledgers were edited below the checkpoint: damaged, so the worst case (every
+    # step to the plan's last) is charged, as --threads 2 makes the replay inexact.
+    cp -a "$ck" "$ck-edited"
+    for r in $(seq 0 $((n - 1))); do
+      echo "{\"rank\": $r, \"reserved_until\": 1}" >"$ck-edited/rank-$r/ledger.json"
+    done
+    saved=("${train[@]}")
+    for i in "${!train[@]}"; do [ "${train[$i]}" != --threads ] || train[$((i + 1))]=2; done
+    start_run "$ck-edited" --resume
+    finish_run
+    train=("${saved[@]}")
+    grep -q "ledger.json: /reserved_until 1 is impossible (below this peer's newest checkpoint" \
+      "$work/rank-0.log" || { echo "the edited ledger was not found damaged:"; cat "$work/rank-0.log"; exit 1; }
+    py '
+import json, sys
+s = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+assert s["replay_charged_steps"] == s["steps"] - int(sys.argv[2]), (s["replay_charged_steps"], s["steps"])
+' "$work/out-0.json" "$stopped"
+  fi
   start_run "$ck" --resume
   finish_run
   same_as_whole "SIGTERM to $who (stopped at step $stopped)"

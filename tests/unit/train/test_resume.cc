@@ -327,3 +327,32 @@ TEST_CASE("resume: a finished run trains nothing; finished on some peers only, i
     CHECK(p.error.find("/lr was") != std::string::npos);
   }
 }
+
+TEST_CASE("resume: an impossible ledger is damaged: the worst case is charged, not refused") {
+  // Below the newest checkpoint (edited down: the lost steps would go uncharged) and past the
+  // plan (an absurd count, once reported as the accountant's limit).
+  for (const long long edited : {3LL, 1'000'000'000'000LL}) {
+    CAPTURE(edited);
+    TrainConfig c = test::small_config(Algo::allreduce);
+    c.noise_seed = 0;  // a secret seed: replayed steps are new releases
+    TempDir dir;
+    c.checkpoint_dir = dir.path.string();
+    c.checkpoint_every = 5;
+    const auto crashed = run(
+        2, c, {},
+        [](int rank, long long t, std::atomic<bool>&) {
+          if (rank == 0 && t == 12) fail(Code::internal, "injected");
+        },
+        kFailTimeout);
+    REQUIRE(crashed[0].error == "injected");
+    for (int r = 0; r < 2; ++r) train::CheckpointDir(dir.path.string(), r, 3).reserve(edited);
+    c.resume = true;
+    const auto resumed = run(2, c);
+    require_ok(resumed);
+    for (const auto& p : resumed) {
+      CHECK(p.summary.resumed_from == 10);
+      // Every step past the checkpoint, to the plan's last, is charged again.
+      CHECK(p.summary.replay_charged_steps == p.summary.steps - 10);
+    }
+  }
+}
