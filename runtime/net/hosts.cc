@@ -47,6 +47,9 @@ std::string path_at(const Json& object, const std::string& key, const std::strin
   if (!v.is_string() || v.get<std::string>().empty())
     bad(where, path.empty() ? key : path + "." + key,
         "expected a non-empty string (a file path), got " + quote(v));
+  if (v.get<std::string>().find('\0') != std::string::npos)
+    bad(where, path.empty() ? key : path + "." + key,
+        "holds a NUL character, which no file path can: " + quote(v));
   return v.get<std::string>();
 }
 
@@ -112,6 +115,9 @@ PeerAddress parse_peer(const Json& entry, size_t index, const std::string& where
   const Json& host = entry.at("host");
   if (!host.is_string() || host.get<std::string>().empty())
     bad(where, path + ".host", "expected a non-empty string, got " + quote(host));
+  // The resolver and the logs would read the name only up to a NUL: another peer's address.
+  if (host.get<std::string>().find('\0') != std::string::npos)
+    bad(where, path + ".host", "holds a NUL character, which no host name can: " + quote(host));
   const long long port = integer_at(entry, "port", where, path);
   if (port < 1 || port > 65535)
     bad(where, path + ".port", "expected a port in 1..65535, got " + std::to_string(port));

@@ -155,6 +155,10 @@ void check_run(const RunInputs& in) {
   validate(in.config);
   check_algorithm(in, algo_info(in.config.algo));
   check_settings(in);
+  if (world_of(in) == 1 && in.config.servers != 1) {
+    refuse("/servers: " + std::to_string(in.config.servers) + " server ranks, but this run has "
+           "one peer, which trains alone with no server (leave it out, or give a hosts file)");
+  }
   if (in.data.train.rows == 0) {
     refuse("train: rank " + std::to_string(rank_of(in)) + "'s training shard is empty");
   }

@@ -149,6 +149,14 @@ TEST_CASE("hosts: field errors name the path") {
   doc["peers"][0]["host"] = 127;
   CHECK(contains(parse_error(doc), "hosts.json: peers[0].host: expected a non-empty string"));
 
+  // A NUL would cut the name (and a path) short where the resolver or open() reads it.
+  doc = three_peers();
+  doc["peers"][0]["host"] = std::string("127.0.0.1\0evil", 14);
+  CHECK(contains(parse_error(doc), "hosts.json: peers[0].host: holds a NUL character"));
+  doc = three_peers();
+  doc["peers"][1]["cert_file"] = std::string("a.pem\0b", 7);
+  CHECK(contains(parse_error(doc), "hosts.json: peers[1].cert_file: holds a NUL character"));
+
   for (const Json& port : {Json(0), Json(65536), Json(-1), Json(1ULL << 63)}) {
     doc = three_peers();
     doc["peers"][2]["port"] = port;

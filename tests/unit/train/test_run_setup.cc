@@ -104,3 +104,11 @@ TEST_CASE("run set-up: an empty shard and a missing validation split name what i
   in.config.eval_split = EvalSplit::validation;
   CHECK_THROWS_WITH_AS(train::check_run(in), doctest::Contains("holds no validation rows"), Error);
 }
+
+TEST_CASE("run set-up: server ranks with one peer are refused, not ignored") {
+  TrainConfig c = test::small_config(Algo::ps_sync);
+  CHECK(refusal(c) == "");
+  c.servers = 2;
+  CHECK(refusal(c).find("/servers: 2 server ranks, but this run has one peer") !=
+        std::string::npos);
+}
