@@ -1,6 +1,7 @@
 #include "runtime/core/trace.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -150,6 +151,10 @@ void Tracer::open(const std::string& path, int pid, const std::string& process_n
   try {
     write_at_tail(head);
   } catch (...) {
+    // Nothing half-written: the file this open created or emptied goes (a device such as
+    // /dev/full stays).
+    struct stat st {};
+    if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) ::unlink(path.c_str());
     ::close(fd_);
     fd_ = -1;
     std::lock_guard lk(mu_);

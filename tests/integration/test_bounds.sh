@@ -123,6 +123,11 @@ grep -qF "the file is as it was before this line" <<<"$err" || fail "the failed 
   fail "a torn metrics line was left: $(tail -c 80 "$work/limited.jsonl")"
 py 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$work/limited.jsonl" ||
   fail "the metrics file after a failed write does not parse"
+# A trace that cannot be written (the limit again) is an error, and leaves no empty part file.
+err=$(trap '' XFSZ; ulimit -f 0; "$exe" "${plain[@]}" --epochs 1 --batch-size 20 --hidden 8 \
+  --metrics "" --trace "$work/limited-trace.json" 2>&1 >/dev/null) && fail "a trace past the file size limit exits 0"
+grep -qF "trace: cannot write $work/limited-trace.json.rank0.json" <<<"$err" || fail "the failed trace: $err"
+[[ -z $(compgen -G "$work/limited-trace.json*") ]] || fail "a failed trace left $(ls "$work"/limited-trace.json*)"
 # An output renamed into place never replaces a FIFO (or a device): refused before training.
 mkfifo "$work/fifo"
 expect_quick_error "--trace $work/fifo is not a regular file" "$exe" "${run[@]}" --trace "$work/fifo"
