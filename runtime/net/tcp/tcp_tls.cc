@@ -33,6 +33,16 @@ void check(const error_code& ec, const std::string& path, const std::string& fie
   }
 }
 
+// Whether the PEM file at `path` holds an encrypted key (PKCS#8 "ENCRYPTED PRIVATE KEY", or a
+// legacy "Proc-Type: 4,ENCRYPTED" header), from its first 64 KiB.
+bool encrypted_pem(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(64 * 1024, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  return head.find("ENCRYPTED") != std::string::npos;
+}
+
 }  // namespace
 
 std::unique_ptr<asio::ssl::context> make_tls_context(const HostsFile& hosts, int rank) {
@@ -46,12 +56,22 @@ std::unique_ptr<asio::ssl::context> make_tls_context(const HostsFile& hosts, int
     fail(Code::internal, "OpenSSL refused to set TLS 1.3 as the minimum version");
   }
   ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_compression);
+  // No passphrase is ever asked for: OpenSSL's default would prompt on the terminal and wait.
+  SSL_CTX_set_default_passwd_cb(ctx->native_handle(),
+                                [](char*, int, int, void*) -> int { return -1; });
   error_code ec;
   ctx->load_verify_file(files.ca, ec);
   check(ec, files.ca, files.ca_field, "a PEM file of CA certificates");
   ctx->use_certificate_chain_file(files.cert, ec);
   check(ec, files.cert, files.cert_field, "a PEM certificate chain");
   ctx->use_private_key_file(files.key, asio::ssl::context::pem, ec);
+  if (ec && encrypted_pem(files.key)) {
+    ERR_clear_error();
+    fail(Code::invalid_argument,
+         files.key_field + ": " + files.key + " is an encrypted (passphrase-protected) private "
+         "key, and dpgossip asks for no passphrase: give it the key unencrypted, readable by its "
+         "owner only (openssl pkey -in KEY -out PLAIN.key; chmod 600 PLAIN.key)");
+  }
   check(ec, files.key, files.key_field, "the unencrypted PEM private key of " + files.cert);
   if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
     ERR_clear_error();

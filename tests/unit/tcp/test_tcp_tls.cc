@@ -169,6 +169,16 @@ TEST_CASE("tls: missing, unreadable or mismatched files name the file and the fi
   CHECK(contains(e, "peers[0].key_file"));
   CHECK(contains(e, "r1.key"));
 
+  // An encrypted key is refused with a message, not a passphrase prompt on the terminal.
+  h = base;
+  const std::string locked = (pki().dir / "locked.key").string();
+  const std::string cmd = "openssl pkey -in '" + pki().path("good", "r0.key") + "' -out '" +
+                          locked + "' -aes256 -passout pass:secret 2>/dev/null";
+  REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, cmd);
+  h.peers[0].key_file = locked;
+  e = error(h);
+  CHECK(contains(e, "peers[0].key_file: " + locked + " is an encrypted (passphrase-protected)"));
+
   h = base;
   const std::string junk = (pki().dir / "junk.pem").string();
   std::ofstream(junk) << "not a certificate\n";
