@@ -153,7 +153,9 @@ const std::vector<OptionRow<A>>& allreduce_table() {
              "(repeatable; over --network)"),
       option(&A::hosts, "--hosts", "hosts file: run as one peer of it"),
       option(&A::rank, "--rank", "this peer's rank (default: from the launcher's environment)"),
-      option(&A::rows_out, "--rows-out", "file for rank 0's rows (default: stdout)"),
+      option(&A::rows_out, "--rows-out",
+             "file for the rows (with --hosts: rank 0's, default stdout; with --peers: the "
+             "merged rows, beside the report)"),
   };
   return rows;
 }

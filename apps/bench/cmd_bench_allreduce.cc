@@ -430,6 +430,11 @@ void run_allreduce_bench(AllreduceBenchOptions o) {
   const std::vector<AllreduceRow> rows = bench_report::merged_rows(runs);
   bench_report::print_report(runs, rows, bench_report::ratios_of(runs), memcpy_GBps(), o.json,
                              o.transport);
+  if (!o.rows_out.empty()) {  // the merged rows, one JSON line each, beside the report
+    std::string text;
+    for (const auto& r : rows) text += bench::to_json_line(r) + "\n";
+    write_file_atomic(o.rows_out, text);
+  }
   for (const auto& r : rows) {
     if (!r.ok) fail(Code::internal, r.backend + " all-reduce of " + std::to_string(r.bytes) +
                                         " bytes gave a wrong result");

@@ -66,11 +66,14 @@ print("bench rows:", ", ".join(f"{b}@{s}: {t:.0f} us" for (b, s), t in sorted(ti
 ' "$work/rows.jsonl" || fail "bench allreduce output"
 
 # The same over TCP (the run above used shared memory, the default between local peers).
+# --rows-out with --peers writes the merged rows too (it was once ignored).
 "$bin" bench allreduce --peers 2 --sizes 4K,96K --rounds 1 --warmup 5 --repeats 20 --json \
-  --transport tcp >"$work/tcp.jsonl" 2>"$work/err.log" ||
+  --transport tcp --rows-out "$work/tcp-rows.jsonl" >"$work/tcp.jsonl" 2>"$work/err.log" ||
   { cat "$work/err.log" >&2; fail "bench allreduce --transport tcp failed"; }
 [[ $(grep -c '"backend":"dpgossip".*"ok":true' "$work/tcp.jsonl") == 2 ]] ||
   fail "bench allreduce --transport tcp: $(cat "$work/tcp.jsonl")"
+[[ $(grep -c '"backend":"dpgossip".*"ok":true' "$work/tcp-rows.jsonl") == 2 ]] ||
+  fail "bench allreduce --peers --rows-out: $(cat "$work/tcp-rows.jsonl" 2>&1)"
 expect_error "--transport: expected auto, tcp, shm or nccl" \
   "$bin" bench allreduce --peers 2 --transport udp
 grep -q '"limit":"tcp_loopback_stream"' "$work/tcp.jsonl" &&
