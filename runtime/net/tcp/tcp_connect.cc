@@ -91,23 +91,42 @@ struct Setup {
     }
   }
 
-  // The run's settings, checked once a peer has proved itself (or no secret is in use).
-  bool agrees(const Hello& h) {
+  // The run's settings, checked once a peer has proved itself (or no secret is in use): why
+  // they differ from this peer's, or "".
+  std::string disagreement(const Hello& h) const {
     if (h.world != t.world) {
-      stop(Code::failed_precondition,
-           "peer " + std::to_string(h.rank) + " runs with " + std::to_string(h.world) +
-               " peers, this one with " + std::to_string(t.world) +
-               "; every peer must read the same hosts file");
-      return false;
+      return "peer " + std::to_string(h.rank) + " runs with " + std::to_string(h.world) +
+             " peers, this one with " + std::to_string(t.world) +
+             "; every peer must read the same hosts file";
     }
     if (h.config_hash != t.options.config_hash) {
-      stop(Code::failed_precondition,
-           "peer " + std::to_string(h.rank) + " was started with a different training "
-           "configuration (config hash " + hex(h.config_hash) + ", this peer's " +
-               hex(t.options.config_hash) + "); start every peer with the same settings");
-      return false;
+      return "peer " + std::to_string(h.rank) + " was started with a different training "
+             "configuration (config hash " + hex(h.config_hash) + ", this peer's " +
+             hex(t.options.config_hash) + "); start every peer with the same settings";
     }
-    return true;
+    return "";
+  }
+  bool agrees(const Hello& h) {
+    const std::string why = disagreement(h);
+    if (!why.empty()) stop(Code::failed_precondition, why);
+    return why.empty();
+  }
+
+  // Whether an accepted connection comes from the address of the rank it claims, as the hosts
+  // file names it (its host resolved). Without a secret this is all that tells a misconfigured
+  // peer, whose mismatch ends the set-up, from a stranger, who is dropped.
+  bool from_host_of(Handshake& h, int rank) {
+    if (rank < 0 || rank >= t.world) return false;
+    error_code ec;
+    const auto from = h.conn().socket.remote_endpoint(ec);
+    if (ec) return false;
+    const auto& host = hosts.peers[static_cast<std::size_t>(rank)].host;
+    const auto resolved = tcp::resolver(t.io).resolve(host, "", ec);
+    if (ec) return false;
+    for (const auto& e : resolved) {
+      if (e.endpoint().address() == from.address()) return true;
+    }
+    return false;
   }
 
   // Why a connection may not claim `rank` here ("" when it may).
@@ -140,7 +159,14 @@ struct Setup {
     if (h.role() == Role::acceptor) {
       --accepting;
       if (r.kind != Kind::joined) return refused(h.remote(), h.peer(), r.reason);
-      if (!agrees(r.hello)) return;
+      if (const std::string why = disagreement(r.hello); !why.empty()) {
+        if (t.secret.empty() && !from_host_of(h, h.peer())) {
+          h.close();
+          return refused(h.remote(), h.peer(), why + " (not from that peer's host in the hosts "
+                                                     "file: dropped)");
+        }
+        return stop(Code::failed_precondition, why);
+      }
       // Two connections may claim one rank at once; the first to prove itself joins.
       if (const std::string why = claim_check(h.peer()); !why.empty()) {
         h.close();

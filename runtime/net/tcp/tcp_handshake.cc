@@ -87,6 +87,11 @@ void Handshake::io_failed(const error_code& ec, const char* doing) {
       std::string_view(doing) == "the TLS handshake") {
     what += " (does that peer use --tls?)";
   }
+  // A connector that holds another secret finds this peer's proof wrong, stops and closes.
+  if (eof && awaiting_proof_) {
+    what = "failed the challenge: it closed the connection on this peer's proof (it holds "
+           "another cluster secret)";
+  }
   if (role_ == Role::acceptor) return finish(Result::Kind::refused, what);
   // A TLS failure is a verdict on certificates, not a peer that is still starting.
   if (is_tls_error(ec)) return finish(Result::Kind::fatal, what, Code::failed_precondition);
@@ -259,7 +264,9 @@ void Handshake::answer() {
       return finish(Result::Kind::refused, why);
     }
     if (mode_ == AuthMode::none) return finish(Result::Kind::joined, "");
+    awaiting_proof_ = true;
     read_frame(FrameKind::proof, proof_in_.data(), proof_in_.size(), [this] {
+      awaiting_proof_ = false;
       if (!proof_valid(t_.secret, Role::connector, transcript(), proof_in_)) {
         return finish(Result::Kind::refused,
                       "failed the challenge: it does not know the cluster secret");

@@ -74,6 +74,7 @@ class Handshake : public std::enable_shared_from_this<Handshake> {
   std::string remote_;
   bool finished_ = false;
   AuthMode mode_;
+  bool awaiting_proof_ = false;  // acceptor: its proof sent, the connector's not yet in
   HelloBytes my_hello_{}, their_hello_{};
   Challenge mine_, theirs_;
   ChallengeBytes challenge_in_{};

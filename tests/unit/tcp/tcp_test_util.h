@@ -155,10 +155,21 @@ class RankZeroWaits {
 };
 
 // A socket connected to 127.0.0.1:port, retried for up to 10 s while nothing listens; -1 if none.
-inline int connect_loopback(int port) {
+// `from`: the local address to connect from (host order; 0: any), such as 127.0.0.2 for a
+// client that is not on the hosts file's 127.0.0.1.
+inline int connect_loopback(int port, uint32_t from = 0) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < until) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (from != 0) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      local.sin_addr.s_addr = htonl(from);
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0) {
+        ::close(fd);
+        return -1;
+      }
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));

@@ -39,7 +39,9 @@ std::vector<std::byte> frame(FrameKind kind, const std::byte* body, std::size_t 
 // A hand-written client: connects and sends what the test says.
 class RawClient {
  public:
-  explicit RawClient(int port) : fd_(dpg::test::connect_loopback(port)) { REQUIRE(fd_ >= 0); }
+  explicit RawClient(int port, uint32_t from = 0) : fd_(dpg::test::connect_loopback(port, from)) {
+    REQUIRE(fd_ >= 0);
+  }
   ~RawClient() {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -192,6 +194,30 @@ TEST_CASE("auth: bad clients are refused one by one and the genuine peer still j
   CHECK_MESSAGE(error1.empty(), error1);
 }
 
+TEST_CASE("auth: without a secret, a stranger's mismatched hello is dropped; the peer joins") {
+  HostsFile hosts = local_hosts(2);  // every peer on 127.0.0.1, no cluster secret
+  TcpOptions o;
+  o.connect_timeout = 30s;
+  o.handshake_timeout = 300ms;
+  o.timeout = 10s;
+  o.config_hash = kHash;
+  dpg::test::RankZeroWaits zero(hosts, o);
+  {
+    INFO("from 127.0.0.2, claiming rank 1 with another configuration and another world");
+    for (const Hello& claim : {Hello{1, 2, kHash + 1}, Hello{1, 3, kHash}}) {
+      RawClient c(hosts.peers[0].port, 0x7f000002);
+      HelloBytes h;
+      encode_hello(claim, h);
+      c.send(opening(h, Challenge{AuthMode::none, fresh_nonce()}));
+      CHECK(c.closed_within(5s));
+    }
+  }
+  // Rank 0 logged and dropped them; the genuine rank 1 still joins.
+  const auto [error0, error1] = zero.genuine_join();
+  CHECK_MESSAGE(error0.empty(), error0);
+  CHECK_MESSAGE(error1.empty(), error1);
+}
+
 TEST_CASE("auth: four peers with one secret all-reduce, in both progress modes") {
   for (bool thread : {false, true}) {
     CAPTURE(thread);
@@ -228,6 +254,9 @@ TEST_CASE("auth: peers whose secrets differ stop, each saying why") {
   CHECK(errors[0].find("peer 1 (127.0.0.1:") != std::string::npos);
   CHECK(errors[0].find("never connected (last: refused a connection from 127.0.0.1:") !=
         std::string::npos);
+  // Rank 0 hears it too, as docs/SECURITY.md shows: rank 1 closed on rank 0's proof.
+  CHECK(errors[0].find("(claiming rank 1): failed the challenge: it closed the connection on "
+                       "this peer's proof") != std::string::npos);
   for (const auto& e : errors) CHECK(e.find(kSecret) == std::string::npos);  // never shown
 
   errors = with(kSecret, "");
