@@ -1,3 +1,4 @@
+#include <csignal>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -21,6 +22,10 @@ std::string who(const CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file size limit (ulimit -f, RLIMIT_FSIZE) would kill the process mid-write by SIGXFSZ,
+  // leaving a torn line or a temporary file; ignored, the write fails with EFBIG and its writer
+  // ends the command with an error naming the file, having left nothing half-written.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"dpgossip: decentralized, differentially private training"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "dpgossip 0.1.0");

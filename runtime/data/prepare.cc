@@ -177,7 +177,7 @@ void write_bytes(const fs::path& path, const std::vector<unsigned char>& bytes) 
   out.write(reinterpret_cast<const char*>(bytes.data()),
             static_cast<std::streamsize>(bytes.size()));
   out.close();
-  if (!out) fail(Code::failed_precondition, path.string() + ": write failed (disk full?)");
+  if (!out) fail(Code::failed_precondition, path.string() + ": write failed (disk full, or past a file size limit?)");
 }
 
 // Writes one split file and returns its manifest entry.

@@ -123,6 +123,23 @@ grep -qF "the file is as it was before this line" <<<"$err" || fail "the failed 
   fail "a torn metrics line was left: $(tail -c 80 "$work/limited.jsonl")"
 py 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$work/limited.jsonl" ||
   fail "the metrics file after a failed write does not parse"
+# The same limit with SIGXFSZ at its default (which kills a writer): dpgossip ignores it, so the
+# write fails with an error naming the file, the metrics line is not torn and no checkpoint's
+# temporary file is left.
+rc=0
+err=$( (ulimit -f 1; "$exe" "${plain[@]}" --epochs 3 --batch-size 20 --hidden 8 \
+  --metrics "$work/xfsz.jsonl") 2>&1 >/dev/null) || rc=$?
+[[ $rc == 1 ]] || fail "metrics past the file size limit, SIGXFSZ at its default: exit $rc: $err"
+grep -qF "the file is as it was before this line" <<<"$err" || fail "SIGXFSZ metrics: $err"
+py 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$work/xfsz.jsonl" ||
+  fail "a torn metrics line under SIGXFSZ's default"
+rc=0
+err=$( (ulimit -f 1; "$exe" "${plain[@]}" --epochs 2 --batch-size 20 --hidden 8 --metrics "" \
+  --checkpoint-dir "$work/xfsz-ck" --checkpoint-every 2) 2>&1 >/dev/null) || rc=$?
+[[ $rc == 1 ]] || fail "a checkpoint past the file size limit: exit $rc: $err"
+grep -qF "$work/xfsz-ck/rank-0/step-" <<<"$err" || fail "the failed checkpoint is not named: $err"
+[[ -z $(compgen -G "$work/xfsz-ck/rank-0/*.tmp.*") ]] ||
+  fail "a failed checkpoint left $(ls "$work"/xfsz-ck/rank-0)"
 # A trace that cannot be written (the limit again) is an error, and leaves no empty part file.
 err=$(trap '' XFSZ; ulimit -f 0; "$exe" "${plain[@]}" --epochs 1 --batch-size 20 --hidden 8 \
   --metrics "" --trace "$work/limited-trace.json" 2>&1 >/dev/null) && fail "a trace past the file size limit exits 0"
