@@ -216,6 +216,7 @@ void connect(Links& links, const TrainConfig& c, const TrainFlags& flags, const 
   // An algorithm that overlaps communication with computation needs a progress thread, and so
   // does the shaper, whose threads send while the training thread waits.
   link.progress_thread = algo.overlaps(c) || network.any();
+  link.stop = &g_stop_requested;  // SIGINT or SIGTERM ends the set-up within 100 ms
   net::TcpOptions tcp;
   tcp.tls = flags.tls;
   const std::set<int> talk_to = peers_of(peers.rank, c, peers, algo, phases);

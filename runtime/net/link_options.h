@@ -3,8 +3,13 @@
 // share one of these whichever transport carries them (apps/transport_setup.h sets both from it).
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
+
+#include "runtime/core/error.h"
 
 namespace dpg::net {
 
@@ -19,6 +24,24 @@ struct LinkOptions {
   // waits). true: a thread of the transport runs it, so messages flow while the caller computes,
   // and several threads may use the transport at once.
   bool progress_thread = false;
+  // Read during the connection set-up (a signal handler's flag; null: none): once set, the
+  // set-up stops within 100 ms, throwing aborted, rather than waiting out connect_timeout.
+  const std::atomic<bool>* stop = nullptr;
 };
+
+// How long one incoming connection may take over its handshake before it is dropped, so that a
+// connection that says nothing cannot hold the set-up: a quarter of connect_timeout, between
+// 200 ms and 10 s (a genuine peer needs a few round trips).
+inline std::chrono::milliseconds handshake_bound(std::chrono::milliseconds connect_timeout) {
+  return std::clamp<std::chrono::milliseconds>(connect_timeout / 4, std::chrono::milliseconds(200),
+                                               std::chrono::seconds(10));
+}
+
+// Throws aborted naming `who` when `stop` is set.
+inline void check_stop(const std::atomic<bool>* stop, const std::string& who) {
+  if (stop != nullptr && stop->load(std::memory_order_relaxed)) {
+    fail(Code::aborted, who + "stopped by a signal during the connection set-up");
+  }
+}
 
 }  // namespace dpg::net

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `dpgossip launch` and signals, on real peers (two `bench allreduce` peers of a long run):
 # SIGTERM to the launcher reaches every peer as SIGTERM, SIGINT as SIGINT, and a launcher killed
-# outright takes its peers with it. Every peer is checked gone by its PID afterwards. Only
-# processes this script started are signalled.
+# outright takes its peers with it; a peer signalled in its connection set-up ends at once. Every
+# peer is checked gone by its PID afterwards. Only processes this script started are signalled.
 # Usage: test_launch_signals.sh path/to/dpgossip
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -128,5 +128,29 @@ for _ in $(seq 100); do
   sleep 0.05
 done
 peers_gone "launcher killed"
+
+# 4. SIGTERM to a peer still in its connection set-up (its other peer never starts, the set-up's
+# deadline is 60 s): it ends within a second or two, saying so, over TCP and over shared memory.
+write_local_hosts 2 "$work/setup-hosts.json"
+for transport in tcp shm; do
+  "$exe" train --algo allreduce --hosts "$work/setup-hosts.json" --rank 0 --transport $transport \
+    --timeout-s 60 --epochs 1 --metrics "" >/dev/null 2>"$work/setup-$transport.err" &
+  peer=$!
+  for _ in $(seq 200); do  # until it waits for its peer (10 s at most)
+    grep -q "rank 0: transport: " "$work/setup-$transport.err" 2>/dev/null && break
+    sleep 0.05
+  done
+  sleep 0.3
+  t0=$(date +%s.%N)
+  kill -TERM $peer
+  rc=0
+  wait $peer || rc=$?
+  took=$(py "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)")
+  [[ $rc == 1 ]] || fail "SIGTERM in the $transport set-up: exit $rc: $(cat "$work/setup-$transport.err")"
+  py "import sys; sys.exit(float(sys.argv[1]) >= 2)" "$took" ||
+    fail "SIGTERM in the $transport set-up: took $took s"
+  grep -q "stopped by a signal during the connection set-up" "$work/setup-$transport.err" ||
+    fail "SIGTERM in the $transport set-up: $(cat "$work/setup-$transport.err")"
+done
 
 finish "launch signals"

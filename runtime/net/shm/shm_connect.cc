@@ -212,6 +212,7 @@ struct Setup {
     const std::string what = "peer " + std::to_string(peer) + " (@" + name + ")";
     for (;;) {
       if (Clock::now() >= deadline) return;  // reported with the other outstanding peers
+      check_stop(t.options.stop, t.prefix());
       Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
       if (fd.fd < 0) refuse(Code::unavailable, "socket(AF_UNIX): " + errno_text(errno));
       int rc = ::connect(fd.fd, reinterpret_cast<sockaddr*>(&addr), len);
@@ -264,9 +265,13 @@ struct Setup {
   int accept_one(Fd fd, const std::set<int>& expected) {
     ucred cred{};
     if (!same_user(fd.fd, cred, "a shared-memory connection")) return -1;
+    // One connection's own deadline: a local process that connects and says nothing is dropped
+    // then, and the set-up goes on with the next (as TCP's handshake_timeout).
+    const auto until =
+        std::min(deadline, Clock::now() + handshake_bound(t.options.connect_timeout));
     ShmHello theirs;
     std::vector<Fd> fds;
-    std::string why = recv_all(fd.fd, &theirs, sizeof theirs, fds, 2, deadline);
+    std::string why = recv_all(fd.fd, &theirs, sizeof theirs, fds, 2, until);
     if (!why.empty()) {
       DPG_WARN("ignored a shared-memory connection (pid " << cred.pid
                           << ") that sent no valid hello (" << why << ")");
@@ -278,7 +283,7 @@ struct Setup {
     try {
       check(theirs, -1, expected);
     } catch (const Error&) {
-      send_all(fd.fd, &mine, sizeof mine, {}, deadline);
+      send_all(fd.fd, &mine, sizeof mine, {}, until);
       throw;
     }
     const std::string who = "peer " + std::to_string(peer);
@@ -300,8 +305,8 @@ struct Setup {
     mine.can_read = probe_read(cred.pid, theirs.probe_address, theirs.probe_value);
     uint32_t they_read = 0;
     std::vector<Fd> none;
-    why = send_all(fd.fd, &mine, sizeof mine, {t.doorbell.fd}, deadline);
-    if (why.empty()) why = recv_all(fd.fd, &they_read, sizeof they_read, none, 0, deadline);
+    why = send_all(fd.fd, &mine, sizeof mine, {t.doorbell.fd}, until);
+    if (why.empty()) why = recv_all(fd.fd, &they_read, sizeof they_read, none, 0, until);
     if (!why.empty()) refuse(Code::unavailable, who + " broke off the handshake: " + why);
     adopt(peer, std::move(fd), cred.pid, std::move(fds[1]), std::move(map), 1, they_read != 0);
     return peer;
@@ -360,7 +365,12 @@ void ShmTransport::Impl::connect_pairs(const HostsFile& hosts, const std::vector
   for (int p : to_connect) s.connect_to(p);
   std::set<int> outstanding = to_accept;
   while (!outstanding.empty() && Clock::now() < s.deadline) {
-    if (!wait_for(listener.fd, POLLIN, s.deadline)) break;
+    check_stop(options.stop, prefix());
+    // In slices, so that a signal (options.stop) ends the wait within one.
+    if (!wait_for(listener.fd, POLLIN,
+                  std::min(s.deadline, Clock::now() + std::chrono::milliseconds(100)))) {
+      continue;
+    }
     Fd fd(::accept4(listener.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (fd.fd < 0) continue;
     const int joined = s.accept_one(std::move(fd), outstanding);

@@ -325,8 +325,17 @@ void TcpTransport::Impl::connect_all(const HostsFile& hosts, const std::vector<i
     s.accept();
   }
   for (int p : std::set<int>(s.to_connect)) s.connect(p);
-  io.run_until(s.deadline);
+  // In slices, so that a signal (options.stop) ends the set-up within one.
+  bool stopped = false;
+  while (!io.stopped() && Clock::now() < s.deadline) {
+    io.run_until(std::min(s.deadline, Clock::now() + std::chrono::milliseconds(100)));
+    if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) {
+      stopped = true;
+      break;
+    }
+  }
   s.finish();
+  if (stopped && !s.failure) check_stop(options.stop, prefix());
   if (s.failure) throw *s.failure;
   if (!s.to_connect.empty() || !s.to_accept.empty()) {
     dpg::fail(Code::deadline_exceeded,

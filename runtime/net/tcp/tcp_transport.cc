@@ -431,8 +431,7 @@ TcpTransport::TcpTransport(const HostsFile& hosts, int rank, const std::vector<i
   }
   Impl& t = *impl_;
   if (t.options.handshake_timeout.count() <= 0) {
-    t.options.handshake_timeout = std::clamp<std::chrono::milliseconds>(
-        t.options.connect_timeout / 4, std::chrono::milliseconds(200), std::chrono::seconds(10));
+    t.options.handshake_timeout = handshake_bound(t.options.connect_timeout);
   }
   t.secret = hosts.secret;
   t.secret_origin = hosts.secret_origin.empty() ? "the hosts list" : hosts.secret_origin;

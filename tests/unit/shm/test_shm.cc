@@ -4,15 +4,22 @@
 // and tag: a deadline, a size mismatch, a peer that stops early, a refused handshake.
 #include <doctest/doctest.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "runtime/collective/communicator.h"
 #include "runtime/core/error.h"
+#include "runtime/core/hash.h"
 #include "runtime/net/hosts.h"
+#include "runtime/net/shm/shm_socket.h"
 #include "runtime/net/shm/shm_transport.h"
 #include "tests/unit/net/matching_check.h"
 #include "tests/unit/net/poison_check.h"
@@ -327,4 +334,44 @@ TEST_CASE("shared memory: an early message of another size than its receive is d
   o.early = dpg::test::kSmallEarly;
   auto errors = run_shm(2, o, [](ShmTransport& t) { dpg::test::early_size_mismatch(t); });
   dpg::test::check_mismatch(errors);
+}
+
+TEST_CASE("shared memory: a silent local connection is dropped at its own deadline; the peer joins") {
+  ShmOptions o;
+  o.timeout = 5s;
+  o.connect_timeout = 4s;  // one connection may take a quarter of it: 1 s
+  const HostsFile hosts = dpg::net::local_hosts(2);
+  std::string error0, error1;
+  std::thread zero([&] {
+    try {
+      ShmTransport t(hosts, 0, {1}, o);
+    } catch (const dpg::Error& e) {
+      error0 = e.what();
+    }
+  });
+  // A local process connects to rank 0's socket first and says nothing.
+  const std::string name = "dpgossip-shm-" + std::to_string(::getuid()) + "-" + [&] {
+    std::ostringstream hex;
+    hex << std::hex << dpg::fnv1a64("127.0.0.1:" + std::to_string(hosts.peers[0].port));
+    return hex.str();
+  }();
+  sockaddr_un addr;
+  const socklen_t len = dpg::net::shm_socket::abstract_address(name, addr);
+  const int silent = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(silent >= 0);
+  bool connected = false;
+  for (int i = 0; i < 300 && !connected; ++i) {  // until rank 0 listens (3 s at most)
+    connected = ::connect(silent, reinterpret_cast<sockaddr*>(&addr), len) == 0;
+    if (!connected) std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(connected);
+  try {
+    ShmTransport one(hosts, 1, {0}, o);
+  } catch (const dpg::Error& e) {
+    error1 = e.what();
+  }
+  zero.join();
+  ::close(silent);
+  CHECK_MESSAGE(error0.empty(), error0);
+  CHECK_MESSAGE(error1.empty(), error1);
 }
