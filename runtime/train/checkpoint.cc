@@ -338,12 +338,21 @@ void write_ledger(const std::string& folder, const Json& j) {
 }  // namespace
 
 void CheckpointDir::reserve(long long until) const {
-  write_ledger(folder_, {{"reserved_until", until}, {"rank", rank_}});
+  write_ledger(folder_, {{"reserved_until", until}, {"rank", rank_}, {"run_id", run_id_}});
+}
+
+std::optional<std::string> CheckpointDir::ledger_run_id() const {
+  if (!reserved()) return std::nullopt;  // no ledger (a damaged one: reserved() throws)
+  const std::string path = (fs::path(folder_) / "ledger.json").string();
+  const Json j = read_json_file(path);
+  JsonReader r(j, path + ":");
+  return r.has("run_id") ? r.string("run_id") : std::string();
 }
 
 void CheckpointDir::mark_finished(const Finished& f) const {
   write_ledger(folder_, {{"reserved_until", f.step},
                          {"rank", rank_},
+                         {"run_id", run_id_},
                          {"finished", {{"step", f.step},
                                        {"training_hash", f.training_hash},
                                        {"training", f.training},

@@ -104,6 +104,10 @@ class CheckpointDir {
   // The ledger: the highest step this peer may have reached; nullopt when there is none.
   std::optional<long long> reserved() const;
   void reserve(long long until) const;
+  // The run id the ledger carries (RunIdentity::run_id; "" in a ledger without one); nullopt
+  // when there is no ledger. Every later ledger write carries set_run_id()'s.
+  std::optional<std::string> ledger_run_id() const;
+  void set_run_id(std::string id) { run_id_ = std::move(id); }
   // A run that took all its steps says so in its ledger, with what identifies it (its training
   // settings' hash) and the epsilon it reported, so that a --resume of it trains nothing.
   struct Finished {
@@ -119,6 +123,7 @@ class CheckpointDir {
   std::string folder_;
   int rank_;
   int keep_;
+  std::string run_id_;
 };
 
 }  // namespace dpg::train

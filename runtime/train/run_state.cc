@@ -66,6 +66,7 @@ Checkpoint save_run_state(const RunState& s, const Progress& p, const RunIdentit
   m["step"] = p.step;
   m["rank"] = id.rank;
   m["world"] = id.world;
+  m["run_id"] = id.run_id;
   m["training"] = training_settings(c);
   m["training_hash"] = training_settings_hash(c);
   m["noise_seed_fixed"] = c.noise_seed != 0;
@@ -128,6 +129,10 @@ void check_same_run(const Checkpoint& ck, const RunIdentity& id) {
   auto refuse = [&](const std::string& what) {
     fail(Code::invalid_argument, f + ": " + what + "; a resumed run must be the run that wrote it");
   };
+  if (m.value("run_id", std::string()) != id.run_id) {
+    refuse("written by another run (run id " + show(m.value("run_id", Json(""))) + "; this "
+           "folder's ledger and the other peers' are run " + quote(id.run_id) + ")");
+  }
   if (m.value("world", -1) != id.world) {
     refuse("written by a run of " + show(m.value("world", Json())) + " peers, this run has " +
            std::to_string(id.world));

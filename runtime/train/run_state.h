@@ -104,6 +104,9 @@ struct RunIdentity {
   const dp::PrivacyPlan& plan;
   int rank = 0, world = 1;
   std::size_t shard_rows = 0;
+  // Drawn by rank 0 when a run with checkpoints starts, kept by its resumes: every checkpoint and
+  // ledger carries it, so a file of another run with the same settings is not taken for its own.
+  std::string run_id;
 };
 
 // The checkpoint of the state at boundary p.step (the algorithm's part not included).

@@ -187,6 +187,7 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
 TrainSummary Trainer::run_steps(const std::function<void(const EpochReport&)>& on_epoch,
                                 const std::function<void(const ConsensusReport&)>& on_consensus) {
   Loop loop(on_epoch, on_consensus);
+  if (!in_.config.checkpoint_dir.empty()) settle_run_id();
   if (const auto done = finished_before()) {
     loop.summary.already_finished = true;
     loop.summary.epsilon = done->epsilon;

@@ -127,6 +127,13 @@ class Trainer {
   // peer's ledger says it took all its steps (then nothing is trained again). Throws naming the
   // ledger when it says so for another run's settings. This peer's record when they all are.
   std::optional<CheckpointDir::Finished> finished_before() const;
+  // Collective, first of all when the run has a checkpoint_dir: the run id (RunIdentity) that
+  // every peer's ledger carries at a --resume (throws naming the peers whose folders belong to
+  // another run), else a new one drawn by rank 0.
+  void settle_run_id();
+  // Collective, at a resume of an algorithm whose peers hold one model: throws data_loss naming
+  // the peers whose restored model differs from rank 0's.
+  void check_same_model(const RunState& s, long long step) const;
   // At the end of a run that took all its steps: its ledger says so.
   void mark_finished(const TrainSummary& summary) const;
   // At the boundary before step p.step: the stop check and the checkpoint when due. Returns
@@ -145,6 +152,7 @@ class Trainer {
   std::unique_ptr<RunState> state_;  // kept after run() for params()
   std::unique_ptr<CheckpointDir> checkpoints_;
   long long start_step_ = 0;       // where this run began (0, or the step it resumed from)
+  std::string run_id_;             // settle_run_id()'s (with a checkpoint_dir)
   long long reserved_floor_ = 0;   // steps an abandoned continuation reached that a replay repeats
   long long stop_check_every_ = 0;  // 0: only at epoch starts and checkpoints
 };

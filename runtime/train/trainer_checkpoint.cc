@@ -18,8 +18,11 @@
 // the charge before anything else happens, so a second failure cannot lose it.
 #include <algorithm>
 #include <cstring>
+#include <random>
+#include <string_view>
 
 #include "runtime/core/error.h"
+#include "runtime/core/hash.h"
 #include "runtime/core/log.h"
 #include "runtime/train/run_state.h"
 #include "runtime/train/trainer.h"
@@ -85,6 +88,7 @@ Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
   Progress p;
   if (c.checkpoint_dir.empty()) return p;
   checkpoints_ = std::make_unique<CheckpointDir>(c.checkpoint_dir, rank(), c.checkpoint_keep);
+  checkpoints_->set_run_id(run_id_);
   const CheckpointDir& dir = *checkpoints_;
   if (!c.resume) {
     if (dir.has_history()) {
@@ -96,7 +100,8 @@ Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
     dir.reserve(reservation_from(0));
     return p;
   }
-  const RunIdentity id{c, plan_, rank(), world(), in_.data.train.rows};
+  checkpoints_->set_run_id(run_id_);
+  const RunIdentity id{c, plan_, rank(), world(), in_.data.train.rows, run_id_};
   std::vector<long long> mine;
   for (long long st : dir.valid_steps(warn)) {
     check_same_run(dir.read(st), id);  // another run's checkpoint is an error, not damage
@@ -137,6 +142,7 @@ Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
     exact = exact && ck->meta.value("threads", 0) == c.threads;
     p = restore_run_state(s, *ck, id);
     s.algorithm->restore(common, *ck);
+    check_same_model(s, common);
     dir.remove_after(common);  // an abandoned continuation's
   }
   const auto reached = gather(in_.comm, ledger.value_or(0));
@@ -170,6 +176,83 @@ Progress Trainer::start_checkpoints(RunState& s, TrainSummary& summary) {
                        << (c.dp ? s.accountant.spent(c.delta).epsilon : 0.0));
   }
   return p;
+}
+
+void Trainer::settle_run_id() {
+  const TrainConfig& c = in_.config;
+  constexpr std::size_t kIdBytes = 32;  // hex of 16 random bytes
+  std::string mine;
+  bool have = false;
+  if (c.resume) {
+    const auto id = CheckpointDir(c.checkpoint_dir, rank(), c.checkpoint_keep).ledger_run_id();
+    have = id.has_value();
+    mine = id.value_or("");
+    if (mine.size() > kIdBytes) mine.resize(kIdBytes);  // not one of ours: it will not match
+  }
+  // Each peer's, as "+" then the id (padded), or "-" when it has no ledger.
+  std::string slot(1 + kIdBytes, ' ');
+  slot[0] = have ? '+' : '-';
+  std::copy(mine.begin(), mine.end(), slot.begin() + 1);
+  std::string all = slot;
+  if (in_.comm) {
+    all.assign(slot.size() * static_cast<std::size_t>(world()), ' ');
+    in_.comm->allgather(public_value(std::as_bytes(std::span<const char>(slot))),
+                        std::as_writable_bytes(std::span<char>(all)));
+  }
+  bool same = true;
+  std::string listed;
+  for (int r = 0; r < world(); ++r) {
+    const std::string theirs = all.substr(static_cast<std::size_t>(r) * slot.size(), slot.size());
+    same = same && theirs == all.substr(0, slot.size());
+    std::string shown = theirs.substr(1);
+    shown.erase(shown.find_last_not_of(' ') + 1);
+    listed += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + ": " +
+              (theirs[0] == '-' ? std::string("no ledger")
+                                : shown.empty() ? std::string("a ledger without a run id")
+                                                : "run " + shown);
+  }
+  if (!same) {
+    fail(Code::failed_precondition,
+         "train: --resume: the peers' checkpoint folders (" + c.checkpoint_dir +
+             ") belong to different runs (by their ledgers: " + listed + "): a folder or ledger "
+             "of another run was put in place; restore each peer's own folder, or start a new "
+             "run in another --checkpoint-dir");
+  }
+  if (have) {
+    run_id_ = mine;  // this run goes on: its id stays
+    return;
+  }
+  // A new run: rank 0 draws its id (not a secret; unique, so no other run's files match).
+  std::string id(kIdBytes, '0');
+  if (rank() == 0) {
+    std::random_device rd;
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (char& ch : id) ch = kHex[rd() % 16];
+  }
+  if (in_.comm) in_.comm->broadcast(public_value(std::as_writable_bytes(std::span<char>(id))), 0);
+  run_id_ = id;
+}
+
+void Trainer::check_same_model(const RunState& s, long long step) const {
+  // An asynchronous algorithm's peers stop at one step with models of their own.
+  if (!in_.comm || s.algorithm->replicas_differ() || algo_info(in_.config.algo).asynchronous) {
+    return;
+  }
+  const std::span<const float> w = s.model.params();
+  const auto hash = static_cast<long long>(
+      fnv1a64(std::string_view(reinterpret_cast<const char*>(w.data()), w.size_bytes())) >> 1);
+  const auto all = gather(in_.comm, hash);
+  std::string differ;
+  for (int r = 1; r < world(); ++r) {
+    if (all[static_cast<std::size_t>(r)] != all[0]) differ += " " + std::to_string(r);
+  }
+  if (!differ.empty()) {
+    fail(Code::data_loss,
+         "train: --resume: at step " + std::to_string(step) + " rank(s)" + differ +
+             " restored another model than rank 0, where " + to_string(in_.config.algo) +
+             " keeps one model on every peer: a checkpoint of another run or step was put in "
+             "place; restore the peers' own folders");
+  }
 }
 
 std::optional<CheckpointDir::Finished> Trainer::finished_before() const {
@@ -238,7 +321,7 @@ bool Trainer::at_boundary(RunState& s, const Progress& p, bool epoch_start) {
 void Trainer::write_checkpoint(RunState& s, const Progress& p, bool stopping) {
   trace::Span span(in_.tracer, "checkpoint", "io");
   pull_model(s, true);
-  const RunIdentity id{in_.config, plan_, rank(), world(), in_.data.train.rows};
+  const RunIdentity id{in_.config, plan_, rank(), world(), in_.data.train.rows, run_id_};
   Checkpoint ck = save_run_state(s, p, id);
   s.algorithm->save(p.step, ck);
   checkpoints_->write(p.step, ck);

@@ -11,7 +11,8 @@
 #      step, and --resume finishes the run;
 #   4. --resume under another --lr is refused, naming the field;
 #   5. (before 4) --resume of a finished run trains nothing, charges nothing, changes nothing;
-#   3b. (in 3) ledgers edited below the checkpoint are damaged: the worst case is charged.
+#   3b. (in 3) ledgers edited below the checkpoint are damaged: the worst case is charged;
+#   6. (before 4) another run's folder with the same settings in place of one peer's: refused.
 set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -159,7 +160,12 @@ for who in all one; do
     # step to the plan's last) is charged, as --threads 2 makes the replay inexact.
     cp -a "$ck" "$ck-edited"
     for r in $(seq 0 $((n - 1))); do
-      echo "{\"rank\": $r, \"reserved_until\": 1}" >"$ck-edited/rank-$r/ledger.json"
+      py '
+import json, sys
+ledger = json.load(open(sys.argv[1]))
+ledger["reserved_until"] = 1  # edited in place: the rank and the run id stay
+json.dump(ledger, open(sys.argv[1], "w"))
+' "$ck-edited/rank-$r/ledger.json"
     done
     saved=("${train[@]}")
     for i in "${!train[@]}"; do [ "${train[$i]}" != --threads ] || train[$((i + 1))]=2; done
@@ -200,6 +206,17 @@ assert "test_accuracy" not in s, s
   [ "$(cat "$work"/ck-all/rank-*/* | sha256sum)" = "$before" ] ||
     { echo "resume $again of a finished run changed its folder"; exit 1; }
 done
+
+# 6. Another run's folder, with the same settings (its checkpoints and ledger), put in place of
+#    rank 1's: refused, naming the runs, whether that run finished or stopped.
+rm -rf "$work/ck-mixed"
+cp -a "$work/ck-all" "$work/ck-mixed"
+rm -rf "$work/ck-mixed/rank-1"
+cp -a "$work/ck-one/rank-1" "$work/ck-mixed/rank-1"
+start_run "$work/ck-mixed" --resume
+expect_exit 30 0 1 2 3
+grep -q "belong to different runs (by their ledgers: rank 0: run [0-9a-f]*, rank 1: run [0-9a-f]*," \
+  "$work/rank-0.log" || { echo "another run's folder was not refused:"; cat "$work/rank-0.log"; exit 1; }
 
 # 4. Another training setting is refused, naming it (every peer finds its own file differs).
 start_run "$work/ck-all" --resume --lr 0.5

@@ -305,8 +305,9 @@ TEST_CASE("resume: a finished run trains nothing; finished on some peers only, i
   }
   // Rank 1's ledger no longer says it finished (it died after its last step): every peer goes
   // back to the newest checkpoint they share, and with the fixed seed repeats the rest exactly.
-  const train::CheckpointDir one(dir.path.string(), 1, 3);
+  train::CheckpointDir one(dir.path.string(), 1, 3);
   REQUIRE(one.finished());
+  one.set_run_id(one.ledger_run_id().value());  // the same run's ledger, rewritten
   one.reserve(whole[0].summary.steps);
   const auto resumed = run(2, c);
   require_ok(resumed);
@@ -345,7 +346,11 @@ TEST_CASE("resume: an impossible ledger is damaged: the worst case is charged, n
         },
         kFailTimeout);
     REQUIRE(crashed[0].error == "injected");
-    for (int r = 0; r < 2; ++r) train::CheckpointDir(dir.path.string(), r, 3).reserve(edited);
+    for (int r = 0; r < 2; ++r) {
+      train::CheckpointDir d(dir.path.string(), r, 3);
+      d.set_run_id(d.ledger_run_id().value());  // edited in place: the run id stays
+      d.reserve(edited);
+    }
     c.resume = true;
     const auto resumed = run(2, c);
     require_ok(resumed);
@@ -354,5 +359,31 @@ TEST_CASE("resume: an impossible ledger is damaged: the worst case is charged, n
       // Every step past the checkpoint, to the plan's last, is charged again.
       CHECK(p.summary.replay_charged_steps == p.summary.steps - 10);
     }
+  }
+}
+
+TEST_CASE("resume: peers that restore different models, where allreduce keeps one, refuse") {
+  TrainConfig c = test::small_config(Algo::allreduce);
+  TempDir dir;
+  c.checkpoint_dir = dir.path.string();
+  const auto stopped = run(2, c, {}, [](int rank, long long t, std::atomic<bool>& stop) {
+    if (rank == 0 && t == 7) stop = true;
+  });
+  require_ok(stopped);
+  const long long at = stopped[0].summary.stopped_at;
+  REQUIRE(at > 0);
+  // Rank 1's checkpoint of that step, its model changed (as if another run's, the run id kept).
+  const train::CheckpointDir one(dir.path.string(), 1, 3);
+  train::Checkpoint ck = one.read(at);
+  std::vector<float> w(ck.count<float>("model"));
+  ck.get("model", std::span<float>(w));
+  w[0] += 0.5f;
+  ck.put("model", std::span<const float>(w));
+  one.write(at, ck);
+  c.resume = true;
+  const auto refused = run(2, c, {}, {}, kFailTimeout);
+  for (const auto& p : refused) {
+    CAPTURE(p.error);
+    CHECK(p.error.find("restored another model than rank 0") != std::string::npos);
   }
 }
