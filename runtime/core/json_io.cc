@@ -21,35 +21,60 @@
 
 namespace dpg {
 
-Json read_json_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    fail(Code::invalid_argument, path + ": is a folder, not a JSON file");
+namespace {
+
+// "a FIFO", "a folder", ... for a file type that is not a regular file.
+std::string kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
+}  // namespace
+
+std::string read_regular_file(const std::string& path, std::size_t max_bytes,
+                              const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    fail(Code::not_found, path + ": cannot open file: " + std::strerror(errno));
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const auto refuse_kind = [&](mode_t mode) {
+    fail(Code::invalid_argument, path + ": is " + kind_of(mode) + ", not " + what +
+                                     " (inputs are read from regular files only)");
+  };
+  if (!S_ISREG(st.st_mode)) refuse_kind(st.st_mode);
+  const auto too_long = [&] {
+    fail(Code::invalid_argument, path + ": longer than " + bytes_text(max_bytes) +
+                                     ", the most " + what + " may weigh");
+  };
+  if (static_cast<std::uintmax_t>(st.st_size) > max_bytes) too_long();
+  // Without blocking: the path may have been swapped for a FIFO since (checked again below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail(Code::not_found, path + ": cannot open file: " + std::strerror(errno));
-  // Read in pieces up to the bound, so that a pipe or a device without end (/dev/zero) costs at
-  // most kMaxJsonFileBytes, not all the memory there is.
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) refuse_kind(st.st_mode);
   std::string text;
+  text.reserve(static_cast<std::size_t>(st.st_size));
   char buf[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      fail(Code::invalid_argument, path + ": read failed: " + std::strerror(err));
-    }
+    if (n < 0) fail(Code::invalid_argument, path + ": read failed: " + std::strerror(errno));
     if (n == 0) break;
-    if (text.size() + static_cast<std::size_t>(n) > kMaxJsonFileBytes) {
-      ::close(fd);
-      fail(Code::invalid_argument, path + ": longer than " + bytes_text(kMaxJsonFileBytes) +
-                                       ", the most a JSON input may weigh");
-    }
+    if (text.size() + static_cast<std::size_t>(n) > max_bytes) too_long();  // it grew
     text.append(buf, static_cast<std::size_t>(n));
   }
-  ::close(fd);
-  return parse_json_text(text, path);
+  return text;
+}
+
+Json read_json_file(const std::string& path) {
+  return parse_json_text(read_regular_file(path, kMaxJsonFileBytes, "a JSON file"), path);
 }
 
 Json parse_json_text(std::string_view text, const std::string& where) {

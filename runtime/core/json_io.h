@@ -22,8 +22,17 @@ inline constexpr std::size_t kMaxJsonFileBytes = std::size_t{256} << 20;
 // level, so a document a few hundred thousand brackets deep would overflow the stack.
 inline constexpr int kMaxJsonDepth = 64;
 
+// The bytes of the regular file at `path` (symlinks followed), checked before anything is read:
+// a folder, a FIFO, a socket or a device (which may never end, or block open() until a writer
+// comes) is refused, and so is a file longer than `max_bytes`; it is opened without blocking and
+// read under that bound. Throws Error (not_found: missing or unreadable; invalid_argument: the
+// kind or the size) whose message starts with the path and says it was to be `what`.
+std::string read_regular_file(const std::string& path, std::size_t max_bytes,
+                              const std::string& what);
+
 // Parses a JSON file; throws Error(not_found / invalid_argument) naming the file on failure: a
-// missing or unreadable file, a folder, more than kMaxJsonFileBytes, bad JSON.
+// missing or unreadable file, not a regular file (read_regular_file), more than
+// kMaxJsonFileBytes, bad JSON.
 Json read_json_file(const std::string& path);
 // Parses JSON text with the same checks as read_json_file (which reads the file and calls this):
 // errors (invalid_argument) start with `where`; the same key twice in one object, and nesting

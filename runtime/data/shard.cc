@@ -7,6 +7,7 @@
 #include "runtime/core/bounds.h"
 #include "runtime/core/check.h"
 #include "runtime/core/error.h"
+#include "runtime/core/json_io.h"
 #include "runtime/data/io.h"
 
 namespace dpg::data {
@@ -16,17 +17,6 @@ std::string hex32(std::uint32_t v) {
   std::ostringstream os;
   os << "0x" << std::hex << v;
   return os.str();
-}
-
-std::vector<unsigned char> read_plain_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) fail(Code::not_found, path + ": cannot open shard file");
-  const std::streamoff size = in.tellg();
-  std::vector<unsigned char> bytes(static_cast<std::size_t>(size));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(bytes.data()), size);
-  if (!in) fail(Code::data_loss, path + ": read failed");
-  return bytes;
 }
 
 void check_header(const std::string& path, const unsigned char* h, const ShardExpectation& e) {
@@ -96,7 +86,10 @@ Dataset read_shard(const std::string& path, const ShardExpectation& expect) {
                                 " cols): " + (on_disk < want ? "truncated" : "corrupted"));
     }
   }
-  const std::vector<unsigned char> bytes = read_plain_file(path);
+  // A regular file only (not a FIFO or a device in its place), and no more than `want` bytes.
+  const std::string text = read_regular_file(path, want, "a shard file");
+  const std::span<const unsigned char> bytes(reinterpret_cast<const unsigned char*>(text.data()),
+                                             text.size());
   if (bytes.size() != want) {
     fail(Code::data_loss, path + ": " + std::to_string(bytes.size()) + " bytes, expected " +
                               std::to_string(want) + " (" + std::to_string(expect.rows) +

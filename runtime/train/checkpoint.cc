@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <thread>
 
 #include "runtime/core/error.h"
@@ -70,12 +71,15 @@ class Cursor {
   const std::string& where_;
 };
 
+// A checkpoint that is not a regular file (a FIFO, a folder, a device put in its place) is
+// damage, as a corrupt one is: refused naming it, never blocked on or read without end.
 std::string read_whole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(Code::not_found, path + ": cannot open");
-  std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  if (in.bad()) fail(Code::data_loss, path + ": read failed");
-  return bytes;
+  try {
+    return read_regular_file(path, std::numeric_limits<std::size_t>::max(), "a checkpoint");
+  } catch (const Error& e) {
+    if (e.code() == Code::invalid_argument) fail(Code::data_loss, e.what());
+    throw;
+  }
 }
 
 // DPGOSSIP_TEST_CHECKPOINT_PAUSE=STEP:SECONDS pauses the write of step STEP's checkpoint

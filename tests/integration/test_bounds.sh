@@ -152,6 +152,32 @@ expect_quick_error "--trace $work/fifo is not a regular file" "$exe" "${run[@]}"
 expect_quick_error "metrics: cannot append to $work/fifo: a FIFO that no process reads" \
   "$exe" "${plain[@]}" --epochs 1 --batch-size 20 --hidden 8 --metrics "$work/fifo"
 
+# ---- File kinds: every input is a regular file, checked before it is opened or read ----------
+# A FIFO with no writer would block open(); /dev/zero never ends; a folder is no file. Each is
+# refused at once, naming the file and what it was to be.
+mkfifo "$work/in-fifo"
+ln -s /dev/zero "$work/zero.json"
+expect_quick_error "$work/in-fifo: is a FIFO, not a JSON file" "$exe" "${run[@]}" --config "$work/in-fifo"
+expect_quick_error "$work/zero.json: is a character device, not a JSON file" \
+  "$exe" "${run[@]}" --config "$work/zero.json"
+expect_quick_error "$work/in-fifo: is a FIFO, not a JSON file" \
+  "$exe" "${run[@]}" --algo allreduce --hosts "$work/in-fifo" --rank 0
+cp -a "$work/tiny" "$work/tiny-fifo"
+shard=$(ls "$work"/tiny-fifo/*.bin | head -1)
+rm "$shard" && mkfifo "$shard"
+fifo_run=(train --data "$work/tiny-fifo" --noise-multiplier 1 --threads 1 --epochs 1 --batch-size 20
+          --hidden 8 --metrics "")
+expect_quick_error "$shard: is a FIFO, not a shard file" "$exe" "${fifo_run[@]}"
+rm "$work/tiny-fifo/manifest.json" && mkfifo "$work/tiny-fifo/manifest.json"
+expect_quick_error "$work/tiny-fifo/manifest.json: is a FIFO, not a JSON file" "$exe" "${fifo_run[@]}"
+# A checkpoint that is a FIFO is damage: skipped with a warning naming it, never waited on.
+mkdir -p "$work/ck-fifo/rank-0"
+mkfifo "$work/ck-fifo/rank-0/step-000000000005.ckpt"
+err=$(timeout -s KILL 20 "$exe" "${plain[@]}" --epochs 1 --batch-size 20 --hidden 8 --metrics "" \
+  --checkpoint-dir "$work/ck-fifo" --resume 2>&1 >/dev/null) || fail "resume beside a FIFO checkpoint: $err"
+grep -qF "$work/ck-fifo/rank-0/step-000000000005.ckpt: is a FIFO, not a checkpoint" <<<"$err" ||
+  fail "the FIFO checkpoint is not named: $err"
+
 # ---- The launcher: the --peers cap for hosts files, and a memory check before starting -------
 py '
 import json, sys

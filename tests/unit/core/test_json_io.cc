@@ -130,15 +130,40 @@ TEST_CASE("json_io: a folder, or an input without end, is an error naming the fi
     FAIL("expected an error");
   } catch (const dpg::Error& e) {
     CHECK(e.code() == dpg::Code::invalid_argument);
-    CHECK(std::string(e.what()) == folder + ": is a folder, not a JSON file");
+    CHECK(std::string(e.what()).rfind(folder + ": is a folder, not a JSON file", 0) == 0);
   }
-  // /dev/zero never ends: read up to the bound, then refused.
+  // /dev/zero never ends, a FIFO without a writer would block open(): both refused before any
+  // read, by their kind.
   try {
     dpg::read_json_file("/dev/zero");
     FAIL("expected an error");
   } catch (const dpg::Error& e) {
-    CHECK(std::string(e.what()).find("/dev/zero: longer than") != std::string::npos);
+    CHECK(e.code() == dpg::Code::invalid_argument);
+    CHECK(std::string(e.what()).rfind("/dev/zero: is a character device, not a JSON file", 0) ==
+          0);
   }
+  const fs::path dir = fs::temp_directory_path() / ("dpg_kinds_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string fifo = (dir / "fifo").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  try {
+    dpg::read_json_file(fifo);
+    FAIL("expected an error");
+  } catch (const dpg::Error& e) {
+    CHECK(std::string(e.what()).rfind(fifo + ": is a FIFO, not a JSON file", 0) == 0);
+  }
+  // A regular file past the bound is refused by its size, before it is read.
+  const std::string big = (dir / "big").string();
+  std::ofstream(big) << std::string(100, 'x');
+  try {
+    dpg::read_regular_file(big, 50, "a test input");
+    FAIL("expected an error");
+  } catch (const dpg::Error& e) {
+    CHECK(std::string(e.what()).rfind(big + ": longer than 50 bytes", 0) ==
+          0);
+  }
+  CHECK(dpg::read_regular_file(big, 100, "a test input") == std::string(100, 'x'));
+  fs::remove_all(dir);
 }
 
 TEST_CASE("json_io: nesting past kMaxJsonDepth is refused naming the input; a quote is cut short") {
