@@ -121,6 +121,13 @@ PrivacyPlan plan_privacy(const PlanInputs& in) {
       // update carries the same noise (a peer with a small share makes a small step).
       p.peer_batch.push_back(in.release == Release::summed ? in.batch_size : in.batch_size / n);
     }
+    // Shares proportional to the shards (rows a balancer moved) give every peer the global rate
+    // up to the rounding of batch x share / rows: those rates are made one, the highest of them
+    // and the global one, so that the peers report one rate and none is accounted lower.
+    const auto [lo, hi] = std::minmax_element(p.peer_q.begin(), p.peer_q.end());
+    if (std::abs(*lo - p.q) <= 1e-12 * p.q && std::abs(*hi - p.q) <= 1e-12 * p.q) {
+      p.peer_q.assign(p.peer_q.size(), std::max(*hi, p.q));
+    }
   } else if (in.release == Release::summed) {
     p.peer_q.assign(in.shard_rows.size(), p.q);
     p.peer_batch.assign(in.shard_rows.size(), in.batch_size);

@@ -278,6 +278,18 @@ TEST_CASE("balanced shares: each peer's rate from its share, its epsilon the acc
     for (double q : p.peer_q) CHECK(q == doctest::Approx(4096.0 / 60000).epsilon(1e-12));
     for (double e : p.peer_epsilons_after(p.steps)) CHECK(e <= 3.0);
   }
+  // Rows a balancer gave (their shares rows / total): batch x share / rows rounds differently
+  // per peer, yet every peer reports one rate, never below the global one.
+  for (dp::Release release : {dp::Release::summed, dp::Release::own}) {
+    const std::vector<double> rows = {17701, 18128, 18102, 6069};
+    dp::PlanInputs in = inputs(release, rows);
+    for (double r : rows) in.peer_share.push_back(r / 60000);
+    const auto p = dp::plan_privacy(in);
+    for (double q : p.peer_q) {
+      CHECK(q == p.peer_q[0]);
+      CHECK(q >= 4096.0 / 60000);
+    }
+  }
   dp::PlanInputs bad = inputs(dp::Release::own, {15000, 15000});
   bad.peer_share = {0.9, 0.2};
   CHECK_THROWS_WITH_AS(dp::plan_privacy(bad), doctest::Contains("sum to 1"), dpg::Error);
