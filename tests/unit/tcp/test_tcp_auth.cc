@@ -92,6 +92,16 @@ std::vector<std::byte> opening(const HelloBytes& hello, const Challenge& c) {
   return out;
 }
 
+// Rank 0 waits long for its peer (30 s) but drops a silent client after 300 ms.
+TcpOptions patient_options() {
+  TcpOptions o;
+  o.connect_timeout = 30s;
+  o.handshake_timeout = 300ms;
+  o.timeout = 10s;
+  o.config_hash = kHash;
+  return o;
+}
+
 constexpr std::size_t kAnswerBytes =
     3 * kHeaderBytes + kHelloBytes + kChallengeBytes + kProofBytes;  // hello, challenge, proof
 
@@ -101,11 +111,7 @@ TEST_CASE("auth: bad clients are refused one by one and the genuine peer still j
   HostsFile hosts = local_hosts(2);
   hosts.secret = kSecret;
   hosts.secret_origin = "the test";
-  TcpOptions o;
-  o.connect_timeout = 30s;
-  o.handshake_timeout = 300ms;
-  o.timeout = 10s;
-  o.config_hash = kHash;
+  const TcpOptions o = patient_options();
   dpg::test::RankZeroWaits zero(hosts, o);
   const int port = hosts.peers[0].port;
 
@@ -196,11 +202,7 @@ TEST_CASE("auth: bad clients are refused one by one and the genuine peer still j
 
 TEST_CASE("auth: without a secret, a stranger's mismatched hello is dropped; the peer joins") {
   HostsFile hosts = local_hosts(2);  // every peer on 127.0.0.1, no cluster secret
-  TcpOptions o;
-  o.connect_timeout = 30s;
-  o.handshake_timeout = 300ms;
-  o.timeout = 10s;
-  o.config_hash = kHash;
+  const TcpOptions o = patient_options();
   dpg::test::RankZeroWaits zero(hosts, o);
   {
     INFO("from 127.0.0.2, claiming rank 1 with another configuration and another world");

@@ -97,6 +97,18 @@ void check_stop_and_resume(TrainConfig c, const std::vector<train::GossipPhase>&
   }
 }
 
+// Two peers of `c` (checkpoints every 5 steps) where rank 0 fails before step 12, after the
+// step-10 checkpoint: rank 0's error.
+std::string crash_rank_0_at_12(const TrainConfig& c) {
+  return run(
+             2, c, {},
+             [](int rank, long long t, std::atomic<bool>&) {
+               if (rank == 0 && t == 12) fail(Code::internal, "injected");
+             },
+             kFailTimeout)[0]
+      .error;
+}
+
 }  // namespace
 
 TEST_CASE("resume: all-reduce, stopped on one peer's signal, ends bit for bit as if never stopped") {
@@ -216,13 +228,7 @@ TEST_CASE("resume: with a secret noise seed, the steps past the checkpoint are c
   TempDir dir;
   c.checkpoint_dir = dir.path.string();
   c.checkpoint_every = 5;
-  const auto crashed = run(
-      2, c, {},
-      [](int rank, long long t, std::atomic<bool>&) {
-        if (rank == 0 && t == 12) fail(Code::internal, "injected");
-      },
-      kFailTimeout);
-  CHECK(crashed[0].error == "injected");
+  CHECK(crash_rank_0_at_12(c) == "injected");
   c.resume = true;
   const auto resumed = run(2, c);
   require_ok(resumed);
@@ -271,12 +277,7 @@ TEST_CASE("resume: peers with no step in common refuse, naming each peer's newes
   c.checkpoint_dir = dir.path.string();
   c.checkpoint_every = 5;
   c.checkpoint_keep = 1;
-  const auto crashed = run(
-      2, c, {},
-      [](int rank, long long t, std::atomic<bool>&) {
-        if (rank == 0 && t == 12) fail(Code::internal, "injected");
-      },
-      kFailTimeout);
+  REQUIRE(crash_rank_0_at_12(c) == "injected");
   fs::remove(train::CheckpointDir(dir.path.string(), 1, 1).path_of(10));
   c.resume = true;
   const auto refused = run(2, c);
@@ -339,13 +340,7 @@ TEST_CASE("resume: an impossible ledger is damaged: the worst case is charged, n
     TempDir dir;
     c.checkpoint_dir = dir.path.string();
     c.checkpoint_every = 5;
-    const auto crashed = run(
-        2, c, {},
-        [](int rank, long long t, std::atomic<bool>&) {
-          if (rank == 0 && t == 12) fail(Code::internal, "injected");
-        },
-        kFailTimeout);
-    REQUIRE(crashed[0].error == "injected");
+    REQUIRE(crash_rank_0_at_12(c) == "injected");
     for (int r = 0; r < 2; ++r) {
       train::CheckpointDir d(dir.path.string(), r, 3);
       d.set_run_id(d.ledger_run_id().value());  // edited in place: the run id stays
