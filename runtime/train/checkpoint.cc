@@ -313,20 +313,25 @@ void CheckpointDir::remove_after(long long step) const {
   }
 }
 
-std::optional<long long> CheckpointDir::reserved() const {
+std::optional<Json> CheckpointDir::ledger() const {
   const std::string path = (fs::path(folder_) / "ledger.json").string();
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::nullopt;
-  const Json j = read_json_file(path);
+  Json j = read_json_file(path);
   JsonReader r(j, path + ":");
-  const long long until = r.integer("reserved_until");
-  if (until < 0) r.fail_at("reserved_until", "must be non-negative");
+  if (r.integer("reserved_until") < 0) r.fail_at("reserved_until", "must be non-negative");
   // Another peer's ledger (a folder copied or mixed up) would charge this peer for its steps.
   if (const long long owner = r.integer("rank"); owner != rank_) {
     r.fail_at("rank", "is " + std::to_string(owner) + ", but rank " + std::to_string(rank_) +
                           " reads this folder: each peer keeps its own ledger");
   }
-  return until;
+  return j;
+}
+
+std::optional<long long> CheckpointDir::reserved() const {
+  const auto j = ledger();
+  if (!j) return std::nullopt;
+  return j->at("reserved_until").get<long long>();
 }
 
 namespace {
@@ -346,10 +351,9 @@ void CheckpointDir::reserve(long long until) const {
 }
 
 std::optional<std::string> CheckpointDir::ledger_run_id() const {
-  if (!reserved()) return std::nullopt;  // no ledger (a damaged one: reserved() throws)
-  const std::string path = (fs::path(folder_) / "ledger.json").string();
-  const Json j = read_json_file(path);
-  JsonReader r(j, path + ":");
+  const auto j = ledger();
+  if (!j) return std::nullopt;
+  JsonReader r(*j, (fs::path(folder_) / "ledger.json").string() + ":");
   return r.has("run_id") ? r.string("run_id") : std::string();
 }
 
@@ -364,13 +368,12 @@ void CheckpointDir::mark_finished(const Finished& f) const {
 }
 
 std::optional<CheckpointDir::Finished> CheckpointDir::finished() const {
-  if (!reserved()) return std::nullopt;  // no ledger (or a damaged one: reserved() throws)
+  const auto j = ledger();
+  if (!j || !j->contains("finished")) return std::nullopt;
   const std::string path = (fs::path(folder_) / "ledger.json").string();
-  const Json j = read_json_file(path);
-  if (!j.contains("finished")) return std::nullopt;
-  JsonReader r(JsonReader(j, path + ":").at("finished"), path + ": /finished");
+  JsonReader r(JsonReader(*j, path + ":").at("finished"), path + ": /finished");
   Finished f{r.integer("step"), r.string("training_hash"), r.at("training"), r.number("epsilon")};
-  if (f.step != JsonReader(j, path + ":").integer("reserved_until")) {
+  if (f.step != j->at("reserved_until").get<long long>()) {
     r.fail_at("step", "is " + std::to_string(f.step) + ", not the ledger's reserved_until");
   }
   return f;

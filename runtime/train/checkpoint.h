@@ -120,6 +120,9 @@ class CheckpointDir {
   std::optional<Finished> finished() const;
 
  private:
+  // The ledger, its reserved_until and rank checked (throws naming the file); nullopt: none.
+  std::optional<Json> ledger() const;
+
   std::string folder_;
   int rank_;
   int keep_;
