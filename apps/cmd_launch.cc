@@ -13,6 +13,7 @@
 
 #include "apps/commands.h"
 #include "apps/launch.h"
+#include "apps/peer_memory.h"
 #include "runtime/process/find.h"
 #include "runtime/core/bounds.h"
 #include "runtime/core/error.h"
@@ -66,33 +67,15 @@ void validate(const LaunchFlags& f) {
          "use launch --hosts FILE");
 }
 
-// The data bytes one peer holds: its share of the training rows and the whole test split, from
-// the manifest of the command's --data folder (its default when not given); 0 when unknown.
-std::uint64_t peer_data_bytes(const std::vector<std::string>& command) {
-  std::string data = "data/fashion-mnist";
-  for (size_t i = 0; i < command.size(); ++i) {
-    if (command[i] == "--data" && i + 1 < command.size()) data = command[i + 1];
-    else if (command[i].rfind("--data=", 0) == 0) data = command[i].substr(7);
-  }
-  try {
-    const Json m = read_json_file((std::filesystem::path(data) / "manifest.json").string());
-    const double cols = m.at("cols").get<double>(), peers = m.at("peers").get<double>();
-    const double rows = m.at("train_rows").get<double>() / std::max(peers, 1.0) +
-                        m.at("test").at("rows").get<double>();
-    const double bytes = rows * (cols + 1) * 4;
-    return bytes > 0 && bytes < 1e18 ? static_cast<std::uint64_t>(bytes) : 0;
-  } catch (const std::exception&) {
-    return 0;  // no folder yet (train prepares it) or not ours to judge: the base figure stands
-  }
-}
-
-void require_local_memory(const LaunchFlags& f, size_t local_peers) {
-  // A peer's process, its BLAS and transport buffers and a small model, before its data.
-  constexpr std::uint64_t kPeerBaseBytes = std::uint64_t{64} << 20;
+void require_local_memory(const LaunchFlags& f, size_t local_peers, int world) {
+  const auto shape = train_shape(f.command, world);
   const std::uint64_t per_peer =
       f.peer_memory_mb > 0 ? static_cast<std::uint64_t>(f.peer_memory_mb * (1 << 20))
-                           : kPeerBaseBytes + 2 * peer_data_bytes(f.command);
+                           : estimate_peer_bytes(shape.value_or(PeerShape{.cols = 0, .batch = 0}),
+                                                 static_cast<int>(local_peers));
   const auto total = checked_mul(per_peer, local_peers);
+  DPG_INFO("launch: " << local_peers << " local peers at about " << bytes_text(per_peer)
+                      << " each" << (f.peer_memory_mb > 0 ? " (--peer-memory-mb)" : " (estimated)"));
   require_memory(total.value_or(UINT64_MAX),
                  "launch: " + std::to_string(local_peers) + " local peers at about " +
                      bytes_text(per_peer) + " each",
@@ -122,7 +105,7 @@ void run_launch(const LaunchFlags& f) {
     fail(Code::invalid_argument, "launch: " + path + " puts " + std::to_string(children.size()) +
                                      " peers on this machine; at most " +
                                      std::to_string(kMaxLocalPeers) + " run on one host");
-  if (!f.no_memory_check) require_local_memory(f, children.size());
+  if (!f.no_memory_check) require_local_memory(f, children.size(), hosts.world());
   if (static_cast<int>(children.size()) < hosts.world()) {
     DPG_WARN("launch: " << path << ": starting " << children.size() << " of " << hosts.world()
                         << " peers here; start the others on their own hosts");
@@ -150,7 +133,8 @@ void add_launch(CLI::App& app) {
                   "seconds between SIGTERM and SIGKILL when stopping the peers (default 5)");
   cmd->add_option("--peer-memory-mb", f->peer_memory_mb,
                   "memory each local peer needs, in MiB, for the check before starting "
-                  "(default: 64 MiB plus twice its data from the manifest)")
+                  "(default: estimated from the command: the process, the rows it keeps from its --data "
+                  "folder's manifest, the model and the batch; docs/LIMITS.md)")
       ->check(CLI::Range(0.0, 1048576.0));
   cmd->add_flag("--no-memory-check", f->no_memory_check,
                 "start the peers even when they seem not to fit in the available memory");

@@ -14,6 +14,7 @@
 
 #include "apps/commands.h"
 #include "apps/config_flags.h"
+#include "apps/device_backend.h"
 #include "apps/device_setup.h"
 #include "apps/emulation.h"
 #include "apps/gossip_setup.h"
@@ -27,7 +28,6 @@
 #include "runtime/core/train_config.h"
 #include "runtime/collective/communicator.h"
 #include "runtime/collective/hierarchical.h"
-#include "runtime/collective/nccl/nccl_communicator.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/peer_data.h"
 #include "runtime/net/hosts.h"
@@ -279,7 +279,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   const TrainConfig c = merge(cmd, flags);
   // Before any thread or CUDA call: NCCL's exchange runs beside the model's kernels.
   if (c.transport == TransportMode::nccl) {
-    if (const char* mode = collective::eager_kernel_loading_for_nccl()) {
+    if (const char* mode = device_backend("--transport nccl").eager_kernel_loading_for_nccl()) {
       DPG_WARN("train: CUDA_MODULE_LOADING=" << mode << " from the environment: a kernel loaded "
                "while an NCCL exchange waits on a dead peer may wait past the timeout "
                "(docs/GPU.md)");

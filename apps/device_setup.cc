@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <string>
 
-#include "runtime/collective/nccl/nccl_communicator.h"
+#include "apps/device_backend.h"
 #include "runtime/core/error.h"
-#include "runtime/model/device_mlp.h"
 
 namespace dpg::app {
 
@@ -16,20 +15,22 @@ train::Backends device_backends(const TrainConfig& c) {
   const std::string device = c.device;
   b.device = [device, index = d.index](const model::MlpSpec& spec, std::span<const float> params,
                                        int rank) {
+    const DeviceBackend& cuda = device_backend("--device " + device);
     std::string why;
-    const int n = model::cuda_device_count(&why);
+    const int n = cuda.device_count(&why);
     if (n == 0 || index >= n) {
       fail(Code::unavailable, "/device: rank " + std::to_string(rank) + " asked for " + device +
                                   ": " +
                                   (n == 0 ? why : "this machine has " + std::to_string(n) +
                                                       " CUDA devices, numbered from 0"));
     }
-    return model::make_cuda_mlp(spec, index >= 0 ? index : rank % n, params);
+    return cuda.make_mlp(spec, index >= 0 ? index : rank % n, params);
   };
   if (c.transport == TransportMode::nccl) {
     b.direct = [index = d.index](collective::Communicator& comm) {
-      const int gpus = std::max(1, model::cuda_device_count(nullptr));
-      return collective::make_nccl_collectives(comm, index >= 0 ? index : comm.rank() % gpus);
+      const DeviceBackend& cuda = device_backend("--transport nccl");
+      const int gpus = std::max(1, cuda.device_count(nullptr));
+      return cuda.make_nccl(comm, index >= 0 ? index : comm.rank() % gpus, {});
     };
   }
   return b;

@@ -6,7 +6,7 @@
 includes: every #include of the C++ sources under the rooms below follows ROOMS (whose project
           headers a room may include) and THIRD_PARTY (which rooms may include a library's
           headers); PENDING lists the known exceptions that are being removed.
-meson:    docs/ARCHITECTURE.md's table of meson targets names every static_library and
+meson:    docs/ARCHITECTURE.md's table of meson targets names every static_library, shared_module and
           executable outside tests/, each with exactly the sources its meson.build gives it.
 algos:    tools/sweep.py's ALGOS are the names of the Algo enum (EnumNames<Algo> in
           runtime/core/train_config.h), in order, and GRAPH_ALGOS only names from them.
@@ -253,7 +253,7 @@ def call_text(text, open_at):
 
 
 STRING_RE = re.compile(r"'([^']*)'")
-TARGET_RE = re.compile(r"\b(static_library|executable)\s*\(")
+TARGET_RE = re.compile(r"\b(static_library|shared_module|executable)\s*\(")
 FILES_RE = re.compile(r"^\s*(\w+)\s*=\s*(files\s*\(|\[)", re.M)
 
 
@@ -342,7 +342,7 @@ def check_meson_table(root, doc="docs/ARCHITECTURE.md"):
         built = set()
         for name in names:
             if name not in targets:
-                problems.append(f"{where}: `{name}` is no static_library or executable of "
+                problems.append(f"{where}: `{name}` is no static_library, shared_module or executable of "
                                 "the meson.build files")
             else:
                 built |= targets[name]

@@ -9,14 +9,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build-gpu
-programs=(apps/dpgossip tests/unit/model/test_device_mlp_cuda tests/unit/collective/test_nccl)
+# apps/dpgossip-cuda.so is the module dpgossip loads for --device cuda and --transport nccl: it
+# stays beside the program (apps/device_backend.h).
+programs=(apps/dpgossip apps/dpgossip-cuda.so tests/unit/model/test_device_mlp_cuda tests/unit/collective/test_nccl)
 [ -f "$build/build.ninja" ] || meson setup "$build" -Dmarch=x86-64-v3 >/dev/null
 ninja -C "$build" "${programs[@]}" >/dev/null
 stage=.gpu/stage
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/fashion-mnist"
 for p in "${programs[@]}"; do
-  [ -x "$build/$p" ] || { echo "gpu_bundle: $build/$p is missing (a build with CUDA and NCCL?)" >&2; exit 1; }
+  [ -f "$build/$p" ] || { echo "gpu_bundle: $build/$p is missing (a build with CUDA and NCCL?)" >&2; exit 1; }
   cp "$build/$p" "$stage/bin/"
 done
 # What the programs load, less what the GPU machine brings: CUDA's and NCCL's libraries, glibc,

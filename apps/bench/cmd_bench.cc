@@ -14,6 +14,7 @@
 #include "runtime/core/bench_row.h"
 #include "apps/bench/bench_options.h"
 #include "apps/bench/row_json.h"
+#include "apps/device_backend.h"
 #include "apps/commands.h"
 #include "apps/parse.h"
 #include "runtime/process/find.h"
@@ -108,7 +109,7 @@ double time_steps(const model::MlpSpec& spec, const std::string& mode, const Ste
 double time_device_steps(const model::MlpSpec& spec, const std::string& mode,
                          const StepBenchOptions& o, int index) {
   const model::Mlp init(spec, 1);
-  auto dev = model::make_cuda_mlp(spec, index, init.params());
+  auto dev = device_backend("--device cuda").make_mlp(spec, index, init.params());
   Rng rng(2);
   std::vector<float> x(static_cast<std::size_t>(o.batch) * spec.inputs);
   for (auto& v : x) v = static_cast<float>(rng.normal());

@@ -35,8 +35,9 @@ std::string kind_of(mode_t mode) {
 
 }  // namespace
 
-std::string read_regular_file(const std::string& path, std::size_t max_bytes,
-                              const std::string& what) {
+void read_regular_file_chunks(const std::string& path, std::size_t max_bytes,
+                              const std::string& what,
+                              const std::function<void(std::string_view)>& take) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     fail(Code::not_found, path + ": cannot open file: " + std::strerror(errno));
@@ -59,17 +60,25 @@ std::string read_regular_file(const std::string& path, std::size_t max_bytes,
     ~Closer() { ::close(fd); }
   } closer{fd};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) refuse_kind(st.st_mode);
-  std::string text;
-  text.reserve(static_cast<std::size_t>(st.st_size));
+  std::size_t total = 0;
   char buf[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail(Code::invalid_argument, path + ": read failed: " + std::strerror(errno));
     if (n == 0) break;
-    if (text.size() + static_cast<std::size_t>(n) > max_bytes) too_long();  // it grew
-    text.append(buf, static_cast<std::size_t>(n));
+    total += static_cast<std::size_t>(n);
+    if (total > max_bytes) too_long();  // it grew
+    take(std::string_view(buf, static_cast<std::size_t>(n)));
   }
+}
+
+std::string read_regular_file(const std::string& path, std::size_t max_bytes,
+                              const std::string& what) {
+  std::string text;
+  read_regular_file_chunks(path, max_bytes, what, [&](std::string_view piece) {
+    text.append(piece);
+  });
   return text;
 }
 

@@ -29,6 +29,11 @@ inline constexpr int kMaxJsonDepth = 64;
 // kind or the size) whose message starts with the path and says it was to be `what`.
 std::string read_regular_file(const std::string& path, std::size_t max_bytes,
                               const std::string& what);
+// The same checks and bound, with the bytes handed to `take` in order, a piece at a time (64 KiB
+// at most), so that a large file is never held whole.
+void read_regular_file_chunks(const std::string& path, std::size_t max_bytes,
+                              const std::string& what,
+                              const std::function<void(std::string_view)>& take);
 
 // Parses a JSON file; throws Error(not_found / invalid_argument) naming the file on failure: a
 // missing or unreadable file, not a regular file (read_regular_file), more than

@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 
 // Reads one split entry of the manifest ({file, rows, crc32}) and the file it names.
 Dataset load_split(const fs::path& dir, const Json& entry, const std::string& where,
-                   std::size_t cols, int num_classes) {
+                   std::size_t cols, int num_classes, const RowPick& pick = {}) {
   const JsonReader r(entry, where);
   const std::string file = r.string("file");
   if (file.empty() || fs::path(file).has_parent_path() || file == "." || file == "..") {
@@ -30,7 +30,9 @@ Dataset load_split(const fs::path& dir, const Json& entry, const std::string& wh
   expect.cols = cols;
   expect.num_classes = num_classes;
   expect.crc32 = static_cast<std::uint32_t>(crc);
-  return read_shard((dir / file).string(), expect);
+  if (!pick) return read_shard((dir / file).string(), expect);
+  const std::vector<std::size_t> rows_kept = pick(expect.rows);
+  return read_shard((dir / file).string(), expect, &rows_kept);
 }
 
 }  // namespace
@@ -50,7 +52,7 @@ Dataset select_rows(const Dataset& source, const std::vector<std::size_t>& indic
   return out;
 }
 
-Prepared load_prepared(const std::string& dir, int rank, int world) {
+Prepared load_prepared(const std::string& dir, int rank, int world, const RowPick& pick_train) {
   const fs::path folder(dir);
   const std::string path = (folder / "manifest.json").string();
   Prepared p;
@@ -86,7 +88,8 @@ Prepared load_prepared(const std::string& dir, int rank, int world) {
   }
   const auto c = static_cast<std::size_t>(cols);
   const int k = static_cast<int>(classes);
-  p.train = load_split(folder, shards[rank], m.path("shards/" + std::to_string(rank)), c, k);
+  p.train = load_split(folder, shards[rank], m.path("shards/" + std::to_string(rank)), c, k,
+                       pick_train);
   p.test = load_split(folder, m.at("test"), m.path("test"), c, k);
   if (p.manifest.contains("validation")) {
     p.validation = load_split(folder, m.at("validation"), m.path("validation"), c, k);

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -36,7 +37,11 @@ inline constexpr long long kDataVersion = 1;
 // Loads shard `rank` of a folder written by prepare(), plus the (shared) test split. Verifies the
 // layout version, the checksums and that the manifest holds exactly `world` shards; errors name
 // the file.
-Prepared load_prepared(const std::string& dir, int rank, int world);
+// With `pick_train`, only the training rows it returns (given the shard's row count; each row at
+// most once, in the order given), read without holding the shard whole.
+using RowPick = std::function<std::vector<std::size_t>(std::size_t rows)>;
+Prepared load_prepared(const std::string& dir, int rank, int world,
+                       const RowPick& pick_train = {});
 
 // The most shards and classes prepare() writes (docs/LIMITS.md).
 inline constexpr int kMaxPreparePeers = 65536;

@@ -14,9 +14,9 @@ Prepared load_for_peer(const std::string& dir, int rank, int world, std::uint64_
   const Json manifest = read_json_file(path);
   const long long shards = JsonReader(manifest, path + ":").integer("peers");
   if (shards == world || shards != 1) return load_prepared(dir, rank, world);
-  Prepared whole = load_prepared(dir, 0, 1);
-  whole.train = select_rows(whole.train, iid_indices(whole.train.rows, rank, world, seed));
-  return whole;
+  return load_prepared(dir, 0, 1, [&](std::size_t rows) {
+    return iid_indices(rows, rank, world, seed);
+  });
 }
 
 bool prepared_whole(const std::string& dir) {
@@ -30,9 +30,9 @@ Prepared load_counted(const std::string& dir, int rank, const std::vector<std::s
     fail(Code::invalid_argument, dir + " holds a shard per peer: its rows stay with their peer "
                                        "(prepare it whole to let a balancer move them)");
   }
-  Prepared whole = load_prepared(dir, 0, 1);
-  whole.train = select_rows(whole.train, counted_indices(whole.train.rows, rank, counts, seed));
-  return whole;
+  return load_prepared(dir, 0, 1, [&](std::size_t rows) {
+    return counted_indices(rows, rank, counts, seed);
+  });
 }
 
 void wait_for_manifest(const std::string& dir, std::chrono::milliseconds limit) {

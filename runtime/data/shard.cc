@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <zlib.h>
+
 #include "runtime/core/bounds.h"
 #include "runtime/core/check.h"
 #include "runtime/core/error.h"
@@ -68,7 +70,8 @@ std::vector<unsigned char> encode_shard(const Dataset& source,
   return out;
 }
 
-Dataset read_shard(const std::string& path, const ShardExpectation& expect) {
+Dataset read_shard(const std::string& path, const ShardExpectation& expect,
+                   const std::vector<std::size_t>* pick) {
   // The manifest's rows and cols come from outside: their product is checked before it is used,
   // and the file's size on disk is compared with it before a byte is read.
   const std::string field = "the shard size from the manifest's rows x cols";
@@ -76,48 +79,90 @@ Dataset read_shard(const std::string& path, const ShardExpectation& expect) {
       sum_or_fail(kShardHeaderBytes, product_or_fail({expect.rows, expect.cols, sizeof(float)}, path, field),
                   path, field),
       product_or_fail({expect.rows, sizeof(std::int32_t)}, path, field), path, field);
+  const auto wrong_size = [&](std::uint64_t have) {
+    fail(Code::data_loss, path + ": " + std::to_string(have) + " bytes, expected " +
+                              std::to_string(want) + " (" + std::to_string(expect.rows) +
+                              " rows x " + std::to_string(expect.cols) +
+                              " cols): " + (have < want ? "truncated" : "corrupted"));
+  };
   {
     std::error_code ec;
     const auto on_disk = std::filesystem::file_size(path, ec);
-    if (!ec && on_disk != want) {
-      fail(Code::data_loss, path + ": " + std::to_string(on_disk) + " bytes, expected " +
-                                std::to_string(want) + " (" + std::to_string(expect.rows) +
-                                " rows x " + std::to_string(expect.cols) +
-                                " cols): " + (on_disk < want ? "truncated" : "corrupted"));
+    if (!ec && on_disk != want) wrong_size(on_disk);
+  }
+  // Where each row of the file goes in the result (npos: not kept), when only some are kept.
+  constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> slot;
+  if (pick != nullptr) {
+    slot.assign(expect.rows, npos);
+    for (std::size_t i = 0; i < pick->size(); ++i) {
+      DPG_CHECK_LT((*pick)[i], expect.rows);
+      DPG_CHECK(slot[(*pick)[i]] == npos);  // each row at most once
+      slot[(*pick)[i]] = i;
     }
   }
-  // A regular file only (not a FIFO or a device in its place), and no more than `want` bytes.
-  const std::string text = read_regular_file(path, want, "a shard file");
-  const std::span<const unsigned char> bytes(reinterpret_cast<const unsigned char*>(text.data()),
-                                             text.size());
-  if (bytes.size() != want) {
-    fail(Code::data_loss, path + ": " + std::to_string(bytes.size()) + " bytes, expected " +
-                              std::to_string(want) + " (" + std::to_string(expect.rows) +
-                              " rows x " + std::to_string(expect.cols) +
-                              " cols): " + (bytes.size() < want ? "truncated" : "corrupted"));
-  }
-  const std::uint32_t crc = crc32_of(bytes);
-  if (crc != expect.crc32) {
-    fail(Code::data_loss, path + ": checksum mismatch: crc32 " + hex32(crc) +
-                              ", the manifest says " + hex32(expect.crc32) + " (corrupted file)");
-  }
-  check_header(path, bytes.data(), expect);
-
   Dataset d;
-  d.rows = expect.rows;
+  d.rows = pick != nullptr ? pick->size() : expect.rows;
   d.cols = expect.cols;
   d.num_classes = expect.num_classes;
   d.features.resize(d.rows * d.cols);
+  std::vector<std::int32_t> labels(expect.rows);  // every row's, checked below; kept ones copied
+  // The file goes by in pieces (read_regular_file_chunks): the header, then each row's features,
+  // then the labels, each gathered in `part` until whole; a kept row is decoded into its slot.
+  // So the file is never held whole, and what stays is what the peer keeps.
+  const std::size_t row_bytes = d.cols * sizeof(float);
+  std::vector<unsigned char> part;
+  part.reserve(std::max<std::size_t>(kShardHeaderBytes, row_bytes));
+  std::uint64_t seen = 0;  // bytes of the file so far
+  uLong crc = crc32(0L, Z_NULL, 0);
+  bool header_done = false;
+  std::size_t row = 0;    // the feature row being gathered
+  std::size_t label = 0;  // then the label
+  const auto need = [&]() -> std::size_t {
+    if (!header_done) return kShardHeaderBytes;
+    return row < expect.rows ? row_bytes : sizeof(std::int32_t);
+  };
+  read_regular_file_chunks(path, want, "a shard file", [&](std::string_view piece) {
+    const auto* p = reinterpret_cast<const unsigned char*>(piece.data());
+    std::size_t left = piece.size();
+    if (seen + left > want) wrong_size(seen + left);
+    crc = crc32(crc, p, static_cast<uInt>(left));
+    while (left > 0) {
+      const std::size_t n = std::min(left, need() - part.size());
+      part.insert(part.end(), p, p + n);
+      p += n;
+      left -= n;
+      seen += n;
+      if (part.size() < need()) break;
+      if (!header_done) {
+        header_done = true;
+        check_header(path, part.data(), expect);
+      } else if (row < expect.rows) {
+        const std::size_t to = pick != nullptr ? slot[row] : row;
+        if (to != npos) {
+          get_le_array(part.data(), std::span<float>(d.features.data() + to * d.cols, d.cols));
+        }
+        ++row;
+      } else {
+        labels[label++] = get_le<std::int32_t>(part.data());
+      }
+      part.clear();
+    }
+  });
+  if (seen != want) wrong_size(seen);
+  if (crc != expect.crc32) {
+    fail(Code::data_loss, path + ": checksum mismatch: crc32 " + hex32(static_cast<std::uint32_t>(crc)) +
+                              ", the manifest says " + hex32(expect.crc32) + " (corrupted file)");
+  }
   d.labels.resize(d.rows);
-  const unsigned char* features = bytes.data() + kShardHeaderBytes;
-  get_le_array(features, std::span<float>(d.features));
-  get_le_array(features + d.features.size() * sizeof(float), std::span<std::int32_t>(d.labels));
-  for (std::size_t i = 0; i < d.rows; ++i) {
-    if (d.labels[i] < 0 || d.labels[i] >= d.num_classes) {
-      fail(Code::data_loss, path + ": label " + std::to_string(d.labels[i]) + " of row " +
+  for (std::size_t i = 0; i < expect.rows; ++i) {
+    if (labels[i] < 0 || labels[i] >= d.num_classes) {
+      fail(Code::data_loss, path + ": label " + std::to_string(labels[i]) + " of row " +
                                 std::to_string(i) + " is out of range (num_classes " +
                                 std::to_string(d.num_classes) + ")");
     }
+    const std::size_t to = pick != nullptr ? slot[i] : i;
+    if (to != npos) d.labels[to] = labels[i];
   }
   return d;
 }

@@ -38,6 +38,9 @@ struct ShardExpectation {
 };
 
 // Reads and verifies a shard file (size, checksum, header, label range); every error names `path`.
-Dataset read_shard(const std::string& path, const ShardExpectation& expect);
+// With `pick`, only those rows, in that order (each at most once; like select_rows on the whole
+// shard, without ever holding it): the file is read in pieces and checked whole all the same.
+Dataset read_shard(const std::string& path, const ShardExpectation& expect,
+                   const std::vector<std::size_t>* pick = nullptr);
 
 }  // namespace dpg::data

@@ -4,6 +4,7 @@
 
 #include "runtime/data/dataset.h"
 #include "runtime/data/partition.h"
+#include "runtime/data/shard.h"
 #include "tests/unit/data/data_test_util.h"
 
 using namespace dpg::data;
@@ -249,6 +250,36 @@ TEST_CASE("load_prepared: a corrupted or truncated shard is detected and named")
   fs::remove(t.file("out/test.bin"));
   msg = error_of([&] { load_prepared(t.file("out"), 0, 2); }, &code);
   CHECK(contains(msg, "test.bin"));
+}
+
+TEST_CASE("load_prepared with a row pick: select_rows of the whole shard, checked whole") {
+  TempFolder t("prep_pick");
+  write_idx_set(t.path() / "idx");
+  prepare(idx_options(t, 1));
+  const Prepared whole = load_prepared(t.file("out"), 0, 1);
+  const std::vector<std::size_t> pick = {7, 2, 9, 0};
+  std::size_t asked_rows = 0;
+  const Prepared part = load_prepared(t.file("out"), 0, 1, [&](std::size_t rows) {
+    asked_rows = rows;
+    return pick;
+  });
+  CHECK(asked_rows == kTrain);
+  const Dataset want = select_rows(whole.train, pick);
+  CHECK(part.train.rows == 4);
+  CHECK(part.train.features == want.features);
+  CHECK(part.train.labels == want.labels);
+  CHECK(part.test.features == whole.test.features);
+  // A byte of a row not kept is still checked: the whole file's checksum.
+  const std::string shard = t.file("out/shard-00000.bin");
+  Bytes bytes = read_bytes(shard);
+  bytes[kShardHeaderBytes + 5 * kPixels * sizeof(float) + 1] ^= 0x01;  // in row 5's features
+  write_bytes(shard, bytes);
+  Code code{};
+  const std::string msg = error_of([&] {
+    load_prepared(t.file("out"), 0, 1, [&](std::size_t) { return pick; });
+  }, &code);
+  CHECK(code == Code::data_loss);
+  CHECK(contains(msg, "checksum"));
 }
 
 TEST_CASE("prepare: a failure leaves an existing folder untouched and no temporary behind") {

@@ -1,0 +1,104 @@
+#include "apps/peer_memory.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <string_view>
+
+#include "apps/parse.h"
+#include "runtime/core/json_io.h"
+#include "runtime/core/train_config.h"
+#include "runtime/train/algorithm.h"
+
+namespace dpg::app {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+// Measured (docs/BENCHMARKS.md, "A peer's memory"): a peer's private memory with a tiny data set
+// and model (its heap, the accountant's working grids for a plan of local noise, its threads'
+// stacks, the transport's buffers), and the program's and libraries' pages it shares with the
+// other peers of the machine.
+constexpr double kPrivateBytes = 40 * kMiB;
+constexpr double kSharedBytes = 12 * kMiB;
+// The plan of a summed release with distributed noise also accounts each peer's messages at the
+// per-peer noise, whose privacy loss distribution spans a wider grid: up to dp/pld.h's
+// kPldMaxPoints window, measured at about 36 MiB more at its peak.
+constexpr double kDistributedPlanBytes = 36 * kMiB;
+// Copies of the parameters a peer holds at once (the model, the gradient, the momentum, the
+// average, the neighbours' models or the reduction's buffers, the messages), rounded up.
+constexpr double kModelCopies = 16;
+
+// The value of `--flag V` or `--flag=V` in args, or empty.
+std::string flag_value(const std::vector<std::string>& args, const std::string& flag) {
+  std::string out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == flag && i + 1 < args.size()) out = args[i + 1];
+    else if (args[i].rfind(flag + "=", 0) == 0) out = args[i].substr(flag.size() + 1);
+  }
+  return out;
+}
+
+bool has_arg(const std::vector<std::string>& args, const std::string& flag) {
+  return std::find(args.begin(), args.end(), flag) != args.end();
+}
+
+}  // namespace
+
+std::uint64_t estimate_peer_bytes(const PeerShape& s, int local_peers) {
+  const double floats = 4.0;
+  double params = 0, width = static_cast<double>(s.cols), activations = 0;
+  for (int h : s.hidden) {
+    params += (width + 1) * h;
+    width = h;
+    activations += h;
+  }
+  params += (width + 1) * static_cast<double>(s.classes);
+  activations += static_cast<double>(s.classes);
+  // The step's buffers hold the batch's inputs and, per layer, its outputs, their gradients and
+  // one more; a Poisson batch is sized for twice its expected size.
+  const double batch = 2 * std::max(1.0, s.batch);
+  const double step = batch * (static_cast<double>(s.cols) + 3 * activations) * floats;
+  const double data =
+      static_cast<double>(s.train_rows + s.eval_rows) * (static_cast<double>(s.cols) + 1) * floats;
+  const double total = kPrivateBytes + kSharedBytes / std::max(1, local_peers) +
+                       (s.distributed_plan ? kDistributedPlanBytes : 0) + data +
+                       kModelCopies * params * floats + step;
+  return static_cast<std::uint64_t>(std::min(total, 1e18));
+}
+
+std::optional<PeerShape> train_shape(const std::vector<std::string>& args, int world) {
+  if (args.empty() || args[0] != "train") return std::nullopt;
+  PeerShape s;
+  const TrainConfig defaults;
+  s.batch = defaults.batch_size;
+  s.hidden = defaults.hidden;
+  try {
+    if (auto v = flag_value(args, "--batch-size"); !v.empty()) s.batch = std::stod(v);
+    if (auto v = flag_value(args, "--hidden"); !v.empty()) s.hidden = parse_int_list(v, "--hidden");
+    Algo algo = defaults.algo;
+    if (auto v = flag_value(args, "--algo"); !v.empty()) algo = parse_enum<Algo>(v);
+    const std::string noise = flag_value(args, "--noise-mode");
+    const std::string accountant = flag_value(args, "--accountant");
+    s.distributed_plan = world > 1 && train::algo_info(algo).release == dp::Release::summed &&
+                         noise != "local" && accountant != "rdp" &&
+                         flag_value(args, "--target") != "messages" && !has_arg(args, "--no-dp");
+    std::string data = flag_value(args, "--data");
+    if (data.empty()) data = defaults.data;
+    const Json m = read_json_file((std::filesystem::path(data) / "manifest.json").string());
+    const double rows = m.at("train_rows").get<double>(), shards = m.at("peers").get<double>();
+    // A folder prepared whole is split among the peers as they load it; else each reads its shard.
+    const double kept = shards == 1 ? rows / std::max(1, world) : rows / std::max(1.0, shards);
+    s.train_rows = static_cast<std::uint64_t>(kept + 1);
+    s.eval_rows = m.at("test").at("rows").get<std::uint64_t>();
+    if (m.contains("validation")) s.eval_rows += m.at("validation").at("rows").get<std::uint64_t>();
+    s.cols = m.at("cols").get<std::uint64_t>();
+    s.classes = m.at("num_classes").get<std::uint64_t>();
+    s.batch = s.batch * kept / std::max(1.0, rows);  // this peer's expected batch
+  } catch (const std::exception&) {
+    // No folder yet (train prepares it), or flags train itself will refuse: the process alone.
+    s.train_rows = s.eval_rows = s.cols = 0;
+    s.batch = 0;
+  }
+  return s;
+}
+
+}  // namespace dpg::app

@@ -1,0 +1,35 @@
+// What one local peer of a `train` command needs, estimated before `launch` starts it: the
+// launcher's memory check (docs/LIMITS.md), checked against measured peaks in docs/BENCHMARKS.md
+// ("A peer's memory").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dpg::app {
+
+struct PeerShape {
+  std::uint64_t train_rows = 0;  // the training rows this peer keeps
+  std::uint64_t eval_rows = 0;   // the test and validation rows every peer holds
+  std::uint64_t cols = 0;
+  std::uint64_t classes = 10;
+  double batch = 4096;           // the expected batch (--batch-size)
+  std::vector<int> hidden = {256};
+  bool distributed_plan = false;  // a summed release with distributed noise under the PLD
+};
+
+// The peer's bytes at its peak: the process itself (its private memory, and its share of the
+// program's and libraries' pages among `local_peers`), the rows it keeps, the model's copies and
+// the step's buffers for a batch of twice the expected size.
+std::uint64_t estimate_peer_bytes(const PeerShape& shape, int local_peers);
+
+// The shape of command `args` (what follows `launch ... --`) for `world` peers: its --data
+// folder's manifest (the default folder when not given), --batch-size, --hidden and what decides
+// the plan's noise (--algo, --noise-mode, --accountant, --target, --no-dp); flags given in a
+// --config file are not read (its defaults stand). nullopt when the command is not `train`; no
+// rows when its manifest cannot be read yet (train may prepare it).
+std::optional<PeerShape> train_shape(const std::vector<std::string>& args, int world);
+
+}  // namespace dpg::app
