@@ -14,6 +14,7 @@ void add_audit(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_bench_allreduce(CLI::App& bench);  // under bench
 void add_bench_link(CLI::App& bench);       // under bench
+void add_bench_startup(CLI::App& bench);    // under bench
 void add_launch(CLI::App& app);
 
 }  // namespace dpg::app

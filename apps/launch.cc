@@ -48,7 +48,11 @@ class Supervisor {
       proc::require_program(c.argv.front(), "launch: rank " + c.label);
     }
     running_.resize(children.size());
-    if (o.handle_signals) signals_.emplace(std::initializer_list<int>{SIGINT, SIGTERM, SIGHUP});
+    // SIGCHLD only wakes the loop, so that a child's exit is seen at once rather than at the
+    // next poll period (a whole launch of short commands took 50 ms longer).
+    if (o.handle_signals) {
+      signals_.emplace(std::initializer_list<int>{SIGINT, SIGTERM, SIGHUP, SIGCHLD});
+    }
   }
 
   ~Supervisor();
@@ -174,6 +178,7 @@ void Supervisor::reap() {
 void Supervisor::on_signals() {
   if (!signals_) return;
   for (const int signo : signals_->take()) {
+    if (signo == SIGCHLD) continue;  // reap() looks at every child next
     if (got_signal_ != 0) {
       if (!killed_ && unreaped() > 0) {
         say("got " + proc::signal_name(signo) + " again; sending SIGKILL to " + ranks(unreaped()));

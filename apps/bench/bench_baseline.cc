@@ -49,11 +49,8 @@ void check_args(const std::string& name, int peers, const std::vector<long long>
 
 }  // namespace
 
-std::vector<bench::AllreduceRow> run_baseline(const std::string& name, int peers,
-                                              const std::vector<long long>& sizes_bytes,
-                                              int warmup, int repeats_hint, bool pin,
-                                              bool shared_memory) {
-  check_args(name, peers, sizes_bytes, warmup, repeats_hint);
+std::vector<std::string> baseline_command(const std::string& name, int peers, bool pin,
+                                          bool shared_memory) {
   const bool gloo = name == "gloo";
   const std::string program = gloo ? "dpgossip-bench-gloo" : "dpgossip-bench-mpi";
   proc::Search search;
@@ -88,6 +85,17 @@ std::vector<bench::AllreduceRow> run_baseline(const std::string& name, int peers
     }
     argv.push_back(bench->string());
   }
+  return argv;
+}
+
+std::vector<bench::AllreduceRow> run_baseline(const std::string& name, int peers,
+                                              const std::vector<long long>& sizes_bytes,
+                                              int warmup, int repeats_hint, bool pin,
+                                              bool shared_memory) {
+  check_args(name, peers, sizes_bytes, warmup, repeats_hint);
+  const bool gloo = name == "gloo";
+  const std::string program = gloo ? "dpgossip-bench-gloo" : "dpgossip-bench-mpi";
+  std::vector<std::string> argv = baseline_command(name, peers, pin, shared_memory);
   std::string sizes;
   for (long long b : sizes_bytes) {
     if (!sizes.empty()) sizes += ',';

@@ -23,6 +23,11 @@ namespace dpg::app {
 // runs on CPU r mod the CPU count (Gloo's launcher pins; mpirun binds to cores), as dpgossip's
 // own peers do under --pin. With `shared_memory`, OpenMPI runs over its shared-memory transport
 // (`--mca btl self,vader`) instead of TCP; Gloo has only TCP.
+// The command that starts the named baseline's `peers` ranks (the program, or mpirun and the
+// program), before its own flags (--sizes, --warmup, --repeats); found and refused as above.
+std::vector<std::string> baseline_command(const std::string& name, int peers, bool pin,
+                                          bool shared_memory);
+
 std::vector<bench::AllreduceRow> run_baseline(const std::string& name, int peers,
                                               const std::vector<long long>& sizes_bytes,
                                               int warmup, int repeats_hint, bool pin = false,

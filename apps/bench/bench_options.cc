@@ -183,7 +183,30 @@ const std::vector<OptionRow<L>>& link_table() {
   return rows;
 }
 
+using Up = StartupBenchOptions;
+const std::vector<OptionRow<Up>>& startup_table() {
+  static const std::vector<OptionRow<Up>> rows = {
+      option(&Up::peers, "--peers", "peers on 127.0.0.1", between(2, 64)),
+      option(&Up::repeats, "--repeats", "starts of each backend (median, min, max)",
+             between(1, 1000)),
+      option(&Up::baseline, "--baseline", "gloo, mpi or gloo,mpi: time them in this command too",
+             OneOf{{"", "gloo", "mpi", "gloo,mpi"}}),
+      option(&Up::transport, "--transport",
+             "dpgossip's transport (auto: shared memory here) and OpenMPI's (tcp: its TCP "
+             "transport, else shared memory); Gloo has TCP only",
+             check_transport),
+      option(&Up::json, "--json", "one JSON object per backend, then one per ratio"),
+      option(&Up::timeout_s, "--timeout-s", "the most one start may take", positive_up_to(3600)),
+  };
+  return rows;
+}
+
 }  // namespace
+
+void add_startup_flags(CLI::App& cmd, StartupBenchOptions& o) {
+  add_options(cmd, o, startup_table());
+}
+void check(const StartupBenchOptions& o) { check_options(o, startup_table()); }
 
 void add_link_flags(CLI::App& cmd, LinkBenchOptions& o) { add_options(cmd, o, link_table()); }
 void check(const LinkBenchOptions& o) { check_options(o, link_table()); }

@@ -82,15 +82,27 @@ struct LinkBenchOptions {
   std::string rows_out;     // where rank 0 writes its rows (JSON lines); stdout when empty
 };
 
+// `dpgossip bench startup`: from the start of a command to the end of its peers' first all-reduce.
+struct StartupBenchOptions {
+  int peers = 4;
+  int repeats = 10;
+  std::string baseline;  // "", "gloo", "mpi" or "gloo,mpi"
+  std::string transport = "auto";
+  bool json = false;
+  double timeout_s = 60;
+};
+
 // The flags of each command, in its table's order, bound to `o`.
 void add_step_flags(CLI::App& cmd, StepBenchOptions& o);
 void add_allreduce_flags(CLI::App& cmd, AllreduceBenchOptions& o);
 void add_link_flags(CLI::App& cmd, LinkBenchOptions& o);
+void add_startup_flags(CLI::App& cmd, StartupBenchOptions& o);
 
 // Each option's rule (its table row), then the rules between options. Throws invalid_argument
 // naming the flag and the bad value: "--batch: must be at least 1, got 0".
 void check(const StepBenchOptions& o);
 void check(const AllreduceBenchOptions& o);
 void check(const LinkBenchOptions& o);
+void check(const StartupBenchOptions& o);
 
 }  // namespace dpg::app

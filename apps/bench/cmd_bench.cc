@@ -309,6 +309,7 @@ void add_bench(CLI::App& app) {
   step->callback([o] { run_step_bench(*o); });
   add_bench_allreduce(*bench);
   add_bench_link(*bench);
+  add_bench_startup(*bench);
 }
 
 }  // namespace dpg::app
