@@ -1,4 +1,5 @@
 #include "apps/guards.h"
+#include "apps/peer_memory.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -93,21 +94,9 @@ void append_checked(const std::string& path, const std::string& text, const std:
 
 std::uint64_t estimate_train_bytes(const TrainConfig& c, std::uint64_t features, std::uint64_t classes,
                                    std::uint64_t data_bytes, int world) {
-  // In doubles: a hostile size saturates instead of wrapping.
-  double params = 0, widths = 0;
-  double in = static_cast<double>(features);
-  for (int h : c.hidden) {
-    params += in * h + h;
-    widths += h;
-    in = h;
-  }
-  params += in * static_cast<double>(classes) + static_cast<double>(classes);
-  widths += static_cast<double>(classes) + static_cast<double>(features);
-  // Parameters, gradient, momentum, average, released model, scratch, the algorithm's buffers.
-  constexpr double kModelCopies = 8;
   const double batch = std::ceil(c.batch_size / std::max(world, 1));
-  // Activations and their gradients per example, plus the per-example norms' workspace.
-  const double bytes = kModelCopies * params * sizeof(float) + 4 * batch * widths * sizeof(float) +
+  const double bytes = model_and_step_bytes(static_cast<double>(features),
+                                            static_cast<double>(classes), c.hidden, batch) +
                        static_cast<double>(data_bytes);
   if (!(bytes < 1.8e19)) return std::numeric_limits<std::uint64_t>::max();
   return static_cast<std::uint64_t>(bytes);

@@ -31,8 +31,8 @@ void check_output_path(const std::string& path, const std::string& flag,
 // to its length before, so that no torn line is left for the next append to run into.
 void append_checked(const std::string& path, const std::string& text, const std::string& what);
 
-// The bytes a training process of this configuration needs, roughly: the model's parameters and
-// the copies the optimiser, the average and the exchange keep, a batch's activations and the
+// The bytes a training process of this configuration needs beyond its process: the model's copies
+// and the step's buffers (peer_memory.h's model_and_step_bytes, the launcher's figure) and the
 // data. Saturates rather than overflowing.
 std::uint64_t estimate_train_bytes(const TrainConfig& c, std::uint64_t features, std::uint64_t classes,
                                    std::uint64_t data_bytes, int world);

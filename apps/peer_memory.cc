@@ -43,25 +43,28 @@ bool has_arg(const std::vector<std::string>& args, const std::string& flag) {
 
 }  // namespace
 
-std::uint64_t estimate_peer_bytes(const PeerShape& s, int local_peers) {
+double model_and_step_bytes(double cols, double classes, const std::vector<int>& hidden,
+                            double batch) {
   const double floats = 4.0;
-  double params = 0, width = static_cast<double>(s.cols), activations = 0;
-  for (int h : s.hidden) {
+  double params = 0, width = cols, activations = 0;
+  for (int h : hidden) {
     params += (width + 1) * h;
     width = h;
     activations += h;
   }
-  params += (width + 1) * static_cast<double>(s.classes);
-  activations += static_cast<double>(s.classes);
-  // The step's buffers hold the batch's inputs and, per layer, its outputs, their gradients and
-  // one more; a Poisson batch is sized for twice its expected size.
-  const double batch = 2 * std::max(1.0, s.batch);
-  const double step = batch * (static_cast<double>(s.cols) + 3 * activations) * floats;
-  const double data =
-      static_cast<double>(s.train_rows + s.eval_rows) * (static_cast<double>(s.cols) + 1) * floats;
+  params += (width + 1) * classes;
+  activations += classes;
+  const double step = 2 * std::max(1.0, batch) * (cols + 3 * activations) * floats;
+  return kModelCopies * params * floats + step;
+}
+
+std::uint64_t estimate_peer_bytes(const PeerShape& s, int local_peers) {
+  const double data = static_cast<double>(s.train_rows + s.eval_rows) *
+                      (static_cast<double>(s.cols) + 1) * 4.0;
   const double total = kPrivateBytes + kSharedBytes / std::max(1, local_peers) +
                        (s.distributed_plan ? kDistributedPlanBytes : 0) + data +
-                       kModelCopies * params * floats + step;
+                       model_and_step_bytes(static_cast<double>(s.cols),
+                                            static_cast<double>(s.classes), s.hidden, s.batch);
   return static_cast<std::uint64_t>(std::min(total, 1e18));
 }
 

@@ -25,6 +25,13 @@ struct PeerShape {
 // the step's buffers for a batch of twice the expected size.
 std::uint64_t estimate_peer_bytes(const PeerShape& shape, int local_peers);
 
+// The model's copies and the step's buffers alone: kModelCopies copies of the parameters of an MLP
+// of `hidden` widths on `cols` features and `classes` classes, and the buffers of a Poisson batch
+// sized for twice its expected `batch` (the inputs, and per layer its outputs, their gradients and
+// one more). In doubles, saturating: a hostile size is a large figure, never a wrapped one.
+double model_and_step_bytes(double cols, double classes, const std::vector<int>& hidden,
+                            double batch);
+
 // The shape of command `args` (what follows `launch ... --`) for `world` peers: its --data
 // folder's manifest (the default folder when not given), --batch-size, --hidden and what decides
 // the plan's noise (--algo, --noise-mode, --accountant, --target, --no-dp); flags given in a

@@ -45,6 +45,7 @@
 #include "runtime/train/algorithm.h"
 #include "runtime/collective/communicator.h"
 #include "runtime/collective/hierarchical.h"
+#include "runtime/core/bounds.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
 #include "runtime/core/json_io.h"
@@ -399,12 +400,28 @@ void run_rounds(const AllreduceBenchOptions& o, bench_report::Runs& runs) {
   }
 }
 
+// Before any peer starts: a peer holds the largest buffer once (in place) beside its process
+// (measured: 256 MiB took 265 MiB a peer); a baseline's rank, or the TLS, hierarchical or
+// secure-aggregation rows beside the plain ones, hold a second.
+void require_bench_memory(const AllreduceBenchOptions& o, const std::vector<long long>& sizes,
+                          int local_peers) {
+  const double largest = static_cast<double>(*std::max_element(sizes.begin(), sizes.end()));
+  const bool second = !o.baseline.empty() || o.tls || o.hierarchical || o.secure_aggregation;
+  const double need = local_peers * (largest * (second ? 2 : 1) + 40.0 * (1 << 20));
+  require_memory(need < 1.8e19 ? static_cast<std::uint64_t>(need) : UINT64_MAX,
+                 "bench allreduce: " +
+                     (local_peers > 1 ? std::to_string(local_peers) + " peers" : std::string("a peer")) +
+                     " with --sizes up to " + bytes_text(static_cast<std::uint64_t>(largest)),
+                 "smaller --sizes" + std::string(local_peers > 1 ? " or fewer --peers" : ""));
+}
+
 void run_allreduce_bench(AllreduceBenchOptions o) {
   check(o);
   // TLS's rows and their plain partners both run over TCP.
   if (o.tls) o.transport = "tcp";
   bench_report::Runs runs;
   runs.sizes = parse_size_list(o.sizes, "--sizes");
+  require_bench_memory(o, runs.sizes, o.hosts.empty() ? o.peers : 1);
   if (!o.hosts.empty()) return run_peer(o, runs.sizes);
   // One error for a bad description, before any peer starts.
   const std::string emulated = network_of({o.network, o.links, {}}, o.peers).describe();

@@ -16,6 +16,9 @@ namespace {
 
 [[noreturn]] void refuse(const std::string& message) { fail(Code::invalid_argument, message); }
 
+// The most buckets a step's gradient may be cut into (check_buckets).
+constexpr int kMaxBuckets = 1024;
+
 // "allreduce", "gossip or local-sgd": the algorithms whose line has `allowed`.
 std::string algos_with(bool AlgoInfo::*allowed) {
   std::vector<std::string> names;
@@ -24,6 +27,27 @@ std::string algos_with(bool AlgoInfo::*allowed) {
     if (algo_info(algo).*allowed) names.push_back(to_string(algo));
   }
   return or_list(names);
+}
+
+// Each bucket is an all-reduce of its own every step: past kMaxBuckets of them a step is mostly
+// their latencies (a bucket of one byte made 203,530 all-reduces a step of the default model and
+// crawled). Refused before the first step, naming the flag and the smallest size allowed.
+void check_buckets(const RunInputs& in) {
+  const TrainConfig& c = in.config;
+  if (c.bucket_bytes <= 0) return;
+  const std::vector<int> w = spec_for(c, in.data.train).widths();
+  double params = 0;
+  for (std::size_t l = 0; l + 1 < w.size(); ++l) params += double(w[l] + 1) * w[l + 1];
+  const double bucket_values = std::max(1.0, std::floor(static_cast<double>(c.bucket_bytes) / 4));
+  const double buckets = std::ceil(params / bucket_values);
+  if (buckets > static_cast<double>(kMaxBuckets)) {
+    const double least = std::ceil(params / kMaxBuckets) * 4;
+    refuse("/bucket_bytes: buckets of " + std::to_string(c.bucket_bytes) + " bytes cut the " +
+           std::to_string(static_cast<long long>(params) * 4) + "-byte gradient into " +
+           std::to_string(static_cast<long long>(buckets)) + " all-reduces a step; at most " +
+           std::to_string(kMaxBuckets) + " (give at least " +
+           std::to_string(static_cast<long long>(least)) + " bytes, or 0 for one)");
+  }
 }
 
 // What the algorithm's line allows.
@@ -154,6 +178,7 @@ const data::Dataset& eval_split(const RunInputs& in) {
 void check_run(const RunInputs& in) {
   validate(in.config);
   check_algorithm(in, algo_info(in.config.algo));
+  check_buckets(in);
   check_settings(in);
   if (world_of(in) == 1 && in.config.servers != 1) {
     refuse("/servers: " + std::to_string(in.config.servers) + " server ranks, but this run has "

@@ -79,6 +79,10 @@ expect_quick_error "--steps must be in [1, 1e15]" \
 expect_quick_error "--peers: must be in [2, 1024] (local processes), got 0" "$exe" bench allreduce --peers 0
 expect_quick_error "--peers: must be in [2, 1024] (local processes), got 1" "$exe" bench allreduce --peers 1
 expect_quick_error "--seconds: must be in (0, 3600], got 1e+300" "$exe" bench step --seconds 1e300
+# A size the machine cannot hold is refused before a peer starts, naming the flag (it used to be
+# killed by the kernel's OOM killer, or fail with a bare "out of memory").
+expect_quick_error "bench allreduce: 2 peers with --sizes up to 1099511627776 bytes (1.0 TiB) needs about" \
+  "$exe" bench allreduce --peers 2 --sizes 1048576M
 # OpenBLAS runs at most the threads it was built for (64 in Debian's): no row claims more.
 expect_quick_error "threads: this OpenBLAS runs at most" "$exe" bench step --threads 100000 --batch 8
 expect_quick_error "--peer-memory-mb must be in [0, 1048576]" "$exe" launch --peers 2 --peer-memory-mb nan -- train

@@ -7,6 +7,7 @@
 #include "runtime/core/error.h"
 #include "runtime/train/algorithm.h"
 #include "runtime/train/run_setup.h"
+#include "runtime/train/run_state.h"
 #include "tests/unit/train/peers.h"
 
 namespace {
@@ -111,4 +112,24 @@ TEST_CASE("run set-up: server ranks with one peer are refused, not ignored") {
   c.servers = 2;
   CHECK(refusal(c).find("/servers: 2 server ranks, but this run has one peer") !=
         std::string::npos);
+}
+
+TEST_CASE("run set-up: buckets too small to be worth an all-reduce each are refused, naming the least") {
+  TrainConfig c = test::small_config(Algo::allreduce);
+  c.hidden = {256, 256};  // more than 1024 parameters, so one-value buckets are too many
+  const auto w = train::spec_for(c, test::blobs(50, 1)).widths();
+  long long params = 0;
+  for (std::size_t l = 0; l + 1 < w.size(); ++l) params += (w[l] + 1LL) * w[l + 1];
+  // The least size that keeps a step's buckets at 1024 passes; four bytes fewer does not.
+  const long long least = (params + 1023) / 1024 * 4;
+  c.bucket_bytes = least;
+  CHECK(refusal(c) == "");
+  c.bucket_bytes = least - 4;
+  CHECK(refusal(c).find("/bucket_bytes: buckets of " + std::to_string(least - 4) + " bytes") !=
+        std::string::npos);
+  c.bucket_bytes = 1;
+  const std::string why = refusal(c);
+  CHECK(why.find("into " + std::to_string(params) + " all-reduces a step; at most 1024") !=
+        std::string::npos);
+  CHECK(why.find("give at least " + std::to_string(least) + " bytes") != std::string::npos);
 }
