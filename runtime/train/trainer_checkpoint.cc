@@ -182,16 +182,19 @@ void Trainer::settle_run_id() {
   const TrainConfig& c = in_.config;
   constexpr std::size_t kIdBytes = 32;  // hex of 16 random bytes
   std::string mine;
-  bool have = false;
+  bool have = false, orphans = false;
   if (c.resume) {
-    const auto id = CheckpointDir(c.checkpoint_dir, rank(), c.checkpoint_keep).ledger_run_id();
+    const CheckpointDir dir(c.checkpoint_dir, rank(), c.checkpoint_keep);
+    const auto id = dir.ledger_run_id();
     have = id.has_value();
     mine = id.value_or("");
     if (mine.size() > kIdBytes) mine.resize(kIdBytes);  // not one of ours: it will not match
+    orphans = !have && !dir.listed().empty();
   }
-  // Each peer's, as "+" then the id (padded), or "-" when it has no ledger.
+  // Each peer's, as "+" then the id (padded), "-" when it has no ledger, or "!" when it has
+  // checkpoints but no ledger (its ledger was deleted: what it spent cannot be known).
   std::string slot(1 + kIdBytes, ' ');
-  slot[0] = have ? '+' : '-';
+  slot[0] = have ? '+' : orphans ? '!' : '-';
   std::copy(mine.begin(), mine.end(), slot.begin() + 1);
   std::string all = slot;
   if (in_.comm) {
@@ -200,16 +203,24 @@ void Trainer::settle_run_id() {
                         std::as_writable_bytes(std::span<char>(all)));
   }
   bool same = true;
-  std::string listed;
+  std::string listed, without;
   for (int r = 0; r < world(); ++r) {
     const std::string theirs = all.substr(static_cast<std::size_t>(r) * slot.size(), slot.size());
+    if (theirs[0] == '!') without += (without.empty() ? "" : ", ") + std::to_string(r);
     same = same && theirs == all.substr(0, slot.size());
     std::string shown = theirs.substr(1);
     shown.erase(shown.find_last_not_of(' ') + 1);
     listed += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + ": " +
-              (theirs[0] == '-' ? std::string("no ledger")
+              (theirs[0] != '+' ? std::string("no ledger")
                                 : shown.empty() ? std::string("a ledger without a run id")
                                                 : "run " + shown);
+  }
+  if (!without.empty()) {
+    fail(Code::data_loss,
+         "train: --resume: ledger.json is missing beside the checkpoints of rank" +
+             std::string(without.find(',') != std::string::npos ? "s " : " ") + without + " (in " +
+             c.checkpoint_dir + "): the steps taken after the newest checkpoint cannot be counted; "
+             "restore the ledger, or start a new run in another --checkpoint-dir");
   }
   if (!same) {
     fail(Code::failed_precondition,

@@ -12,7 +12,8 @@
 #   4. --resume under another --lr is refused, naming the field;
 #   5. (before 4) --resume of a finished run trains nothing, charges nothing, changes nothing;
 #   3b. (in 3) ledgers edited below the checkpoint are damaged: the worst case is charged;
-#   6. (before 4) another run's folder with the same settings in place of one peer's: refused.
+#   6. (before 4) another run's folder with the same settings in place of one peer's: refused;
+#   7. (before 4) checkpoints whose ledgers were deleted: refused as such, naming the ranks.
 set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -217,6 +218,16 @@ start_run "$work/ck-mixed" --resume
 expect_exit 30 0 1 2 3
 grep -q "belong to different runs (by their ledgers: rank 0: run [0-9a-f]*, rank 1: run [0-9a-f]*," \
   "$work/rank-0.log" || { echo "another run's folder was not refused:"; cat "$work/rank-0.log"; exit 1; }
+
+# 7. Checkpoints whose ledgers were all deleted: what was spent after them cannot be counted, and
+#    that is what every peer says (not that the folders belong to different runs).
+rm -rf "$work/ck-noledger"
+cp -a "$work/ck-all" "$work/ck-noledger"
+rm -f "$work"/ck-noledger/rank-*/ledger.json
+start_run "$work/ck-noledger" --resume
+expect_exit 30 0 1 2 3
+grep -q "ledger.json is missing beside the checkpoints of ranks 0, 1, 2, 3" "$work/rank-0.log" ||
+  { echo "deleted ledgers were not named:"; cat "$work/rank-0.log"; exit 1; }
 
 # 4. Another training setting is refused, naming it (every peer finds its own file differs).
 start_run "$work/ck-all" --resume --lr 0.5
