@@ -144,7 +144,8 @@ const std::vector<OptionRow<A>>& allreduce_table() {
              "(process_vm_readv); 0: all through the ring"),
       option(&A::busy_poll_us, "--busy-poll-us",
              "shared memory: how long a wait polls without yielding while its peer runs "
-             "(0: always yield)"),
+             "(0: always yield; -1: 20 while this host's peers fit its CPUs, else 0)",
+             between(-1, 1000000)),
       option(&A::network, "--network",
              "network file: every link's latency, jitter, bandwidth and loss, emulated on the "
              "sending side (docs/HETEROGENEITY.md)"),

@@ -247,6 +247,15 @@ void ShmTransport::Impl::shutdown(bool unwinding) {
   if (ops.poisoned()) publish_abort(ops.report());
 }
 
+int resolved_busy_poll_us(const HostsFile& hosts, int rank, const ShmOptions& options) {
+  if (options.busy_poll_us >= 0) return options.busy_poll_us;
+  const std::string& here = hosts.peers[static_cast<std::size_t>(rank)].host;
+  const auto local = std::count_if(hosts.peers.begin(), hosts.peers.end(),
+                                   [&](const PeerAddress& p) { return p.host == here; });
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus > 0 && local > cpus ? 0 : 20;
+}
+
 // ---- the public face ----
 
 ShmTransport::ShmTransport(const HostsFile& hosts, int rank, const std::vector<int>& peers,
@@ -259,7 +268,7 @@ ShmTransport::ShmTransport(const HostsFile& hosts, int rank, const std::vector<i
   }
   const std::string why = shm::check_sizes(options.slot_bytes, options.slots);
   if (!why.empty()) fail(Code::invalid_argument, "shared-memory rings: " + why);
-  impl_->busy_poll = std::chrono::microseconds(options.busy_poll_us);
+  impl_->busy_poll = std::chrono::microseconds(resolved_busy_poll_us(hosts, rank, options));
   impl_->connect_all(hosts, peers);
   impl_->beat();
   if (!impl_->options.progress_thread) return;

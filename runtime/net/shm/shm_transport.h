@@ -39,10 +39,16 @@ struct ShmOptions : LinkOptions {
   // this): a message from a peer on another core lands within a microsecond or two, while a
   // yield on a busy machine can hand the core away for milliseconds. A peer not seen running
   // may be waiting for this very core, so then the wait yields at once. 0: always yield.
-  int busy_poll_us = 20;
+  // -1 (the default): 20 while this host's peers in the hosts file are no more than its online
+  // CPUs, else 0: with more peers than cores the one that sends next often waits for this very
+  // core (4 peers on 2 cores, 4 KiB all-reduce, pinned: 46.6 us polling, 29.7 us yielding).
+  int busy_poll_us = -1;
   // Per peer, what may be copied out of the ring ahead of its receive (transport.h).
   EarlyLimits early;
 };
+
+// options.busy_poll_us for `rank` of `hosts`, its default (-1) resolved as above.
+int resolved_busy_poll_us(const HostsFile& hosts, int rank, const ShmOptions& options);
 
 class ShmTransport final : public Transport {
  public:

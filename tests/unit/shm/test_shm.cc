@@ -375,3 +375,25 @@ TEST_CASE("shared memory: a silent local connection is dropped at its own deadli
   CHECK_MESSAGE(error0.empty(), error0);
   CHECK_MESSAGE(error1.empty(), error1);
 }
+
+TEST_CASE("shm: the default busy poll is off where this host has more peers than CPUs") {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  REQUIRE(cpus > 0);
+  dpg::net::HostsFile hosts;
+  // cpus + 1 peers on this host, and one elsewhere.
+  for (long r = 0; r <= cpus + 1; ++r) {
+    dpg::net::PeerAddress p;
+    p.rank = static_cast<int>(r);
+    p.host = r <= cpus ? "127.0.0.1" : "10.0.0.9";
+    p.port = static_cast<int>(30000 + r);
+    hosts.peers.push_back(p);
+  }
+  dpg::net::ShmOptions o;
+  CHECK(o.busy_poll_us == -1);
+  CHECK(dpg::net::resolved_busy_poll_us(hosts, 0, o) == 0);   // cpus + 1 here
+  CHECK(dpg::net::resolved_busy_poll_us(hosts, static_cast<int>(cpus + 1), o) == 20);  // alone
+  hosts.peers.resize(static_cast<std::size_t>(cpus));  // as many peers as CPUs
+  CHECK(dpg::net::resolved_busy_poll_us(hosts, 0, o) == 20);
+  o.busy_poll_us = 7;  // asked for: kept
+  CHECK(dpg::net::resolved_busy_poll_us(hosts, 0, o) == 7);
+}
