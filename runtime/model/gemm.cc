@@ -5,6 +5,7 @@
 #include "runtime/model/blas_threads.h"
 
 #if DPG_HAVE_DNNL
+#include <dlfcn.h>
 #include <dnnl.h>
 #include <omp.h>
 
@@ -15,13 +16,41 @@
 
 namespace dpg::model {
 
+#if DPG_HAVE_DNNL
+namespace {
+
+// oneDNN is loaded at the first GEMM, not linked: a process that trains nothing (the launcher, a
+// benchmark of the collectives, `privacy`) then never maps it, and oneDNN's 36,000 relocations
+// were the largest part of every dpgossip process's start-up.
+using SgemmFn = decltype(&dnnl_sgemm);
+constexpr const char* kDnnl = "libdnnl.so.2";
+
+SgemmFn dnnl_sgemm_fn() {
+  static const SgemmFn fn = [] {
+    void* lib = ::dlopen(kDnnl, RTLD_NOW | RTLD_LOCAL);  // kept for the process's life
+    if (lib == nullptr) {
+      const char* e = ::dlerror();
+      fail(Code::unavailable, std::string("sgemm: cannot load oneDNN (") + kDnnl + "): " +
+                                  (e != nullptr ? e : "unknown reason") +
+                                  " (Debian's libdnnl2, which this build was made with)");
+    }
+    auto f = reinterpret_cast<SgemmFn>(::dlsym(lib, "dnnl_sgemm"));
+    if (f == nullptr) fail(Code::unavailable, std::string("sgemm: ") + kDnnl + " has no dnnl_sgemm");
+    return f;
+  }();
+  return fn;
+}
+
+}  // namespace
+#endif
+
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
            const float* b, int ldb, float beta, float* c, int ldc) {
 #if DPG_HAVE_DNNL
   if (blas_threads() == 1) {
     // oneDNN's sgemm runs on the OpenMP threads of the calling thread, whose count is per thread.
     if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-    const dnnl_status_t s = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha,
+    const dnnl_status_t s = dnnl_sgemm_fn()(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha,
                                        a, lda, b, ldb, beta, c, ldc);
     if (s != dnnl_success) {
       fail(Code::internal, "sgemm: oneDNN failed with status " + std::to_string(static_cast<int>(s)));
