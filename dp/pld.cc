@@ -17,6 +17,7 @@
 
 #include "dp/checks.h"
 #include "dp/pld_step.h"
+#include "runtime/core/dynlib.h"
 
 namespace dpg::dp {
 namespace {
@@ -58,6 +59,51 @@ std::vector<PoissonGaussian> groups_of(std::span<const PoissonGaussian> history,
   return groups;
 }
 
+// FFTW is loaded at the first transform, not linked (runtime/core/dynlib.h): only a process
+// that accounts privacy composes distributions, and both libraries (double and long double) were
+// mapped and relocated at every start of every other one.
+struct Fftw {
+  decltype(&fftw_malloc) malloc;
+  decltype(&fftw_free) free;
+  decltype(&fftw_destroy_plan) destroy_plan;
+  decltype(&fftwl_destroy_plan) destroy_plan_long;
+  decltype(&fftw_plan_dft_r2c_1d) plan_r2c;
+  decltype(&fftw_plan_dft_c2r_1d) plan_c2r;
+  decltype(&fftwl_plan_dft_r2c_1d) plan_r2c_long;
+  decltype(&fftw_execute_dft_r2c) execute_r2c;
+  decltype(&fftwl_execute_dft_r2c) execute_r2c_long;
+  decltype(&fftw_execute_dft_c2r) execute_c2r;
+};
+const Fftw& fftw() {
+  static const Fftw f = [] {
+    constexpr const char* kDouble = "libfftw3.so.3";
+    constexpr const char* kLong = "libfftw3l.so.3";
+    void* d = open_library(kDouble, "libfftw3-double3");
+    void* l = open_library(kLong, "libfftw3-long3");
+    const auto fn = [](void* lib, const char* soname, const char* name) {
+      return library_symbol(lib, soname, name);
+    };
+    Fftw out{};
+    out.malloc = reinterpret_cast<decltype(out.malloc)>(fn(d, kDouble, "fftw_malloc"));
+    out.free = reinterpret_cast<decltype(out.free)>(fn(d, kDouble, "fftw_free"));
+    out.destroy_plan = reinterpret_cast<decltype(out.destroy_plan)>(fn(d, kDouble, "fftw_destroy_plan"));
+    out.destroy_plan_long =
+        reinterpret_cast<decltype(out.destroy_plan_long)>(fn(l, kLong, "fftwl_destroy_plan"));
+    out.plan_r2c = reinterpret_cast<decltype(out.plan_r2c)>(fn(d, kDouble, "fftw_plan_dft_r2c_1d"));
+    out.plan_c2r = reinterpret_cast<decltype(out.plan_c2r)>(fn(d, kDouble, "fftw_plan_dft_c2r_1d"));
+    out.plan_r2c_long =
+        reinterpret_cast<decltype(out.plan_r2c_long)>(fn(l, kLong, "fftwl_plan_dft_r2c_1d"));
+    out.execute_r2c =
+        reinterpret_cast<decltype(out.execute_r2c)>(fn(d, kDouble, "fftw_execute_dft_r2c"));
+    out.execute_r2c_long =
+        reinterpret_cast<decltype(out.execute_r2c_long)>(fn(l, kLong, "fftwl_execute_dft_r2c"));
+    out.execute_c2r =
+        reinterpret_cast<decltype(out.execute_c2r)>(fn(d, kDouble, "fftw_execute_dft_c2r"));
+    return out;
+  }();
+  return f;
+}
+
 // The transform length for n points: the smallest 2^k or 3 * 2^k >= n, so that a handful of
 // lengths serve every call and their plans can be kept (planning costs ten transforms).
 std::size_t fft_length(std::size_t n) {
@@ -68,10 +114,10 @@ std::size_t fft_length(std::size_t n) {
 
 // Buffers from fftw_malloc: aligned as FFTW's plans expect, so one plan serves any of them.
 template <class T> struct FftwBuffer {
-  explicit FftwBuffer(std::size_t n) : data(static_cast<T*>(fftw_malloc(n * sizeof(T)))), size(n) {
+  explicit FftwBuffer(std::size_t n) : data(static_cast<T*>(fftw().malloc(n * sizeof(T)))), size(n) {
     if (!data) fail(Code::internal, "PLD: out of memory for " + std::to_string(n) + " points");
   }
-  ~FftwBuffer() { fftw_free(data); }
+  ~FftwBuffer() { fftw().free(data); }
   FftwBuffer(const FftwBuffer&) = delete;
   FftwBuffer& operator=(const FftwBuffer&) = delete;
   T& operator[](std::size_t i) { return data[i]; }
@@ -107,8 +153,8 @@ struct Workspace {
 // A plan owned: destroyed with the table of plans at exit, so that what FFTW allocated for it is
 // returned (LeakSanitizer, tests/sanitize/run.sh, counts an undestroyed plan as a leak).
 struct DestroyPlan {
-  void operator()(fftw_plan p) const { fftw_destroy_plan(p); }
-  void operator()(fftwl_plan p) const { fftwl_destroy_plan(p); }
+  void operator()(fftw_plan p) const { fftw().destroy_plan(p); }
+  void operator()(fftwl_plan p) const { fftw().destroy_plan_long(p); }
 };
 using Plan = std::unique_ptr<std::remove_pointer_t<fftw_plan>, DestroyPlan>;
 using LongPlan = std::unique_ptr<std::remove_pointer_t<fftwl_plan>, DestroyPlan>;
@@ -136,8 +182,8 @@ const Transforms& transforms(std::size_t n, bool with_long) {
   if (it == plans.end()) {
     FftwBuffer<double> real(n);
     FftwBuffer<fftw_complex> spectrum(n / 2 + 1);
-    Transforms t{Plan(fftw_plan_dft_r2c_1d(len, real.data, spectrum.data, FFTW_ESTIMATE)),
-                 Plan(fftw_plan_dft_c2r_1d(len, spectrum.data, real.data, FFTW_ESTIMATE)), {}};
+    Transforms t{Plan(fftw().plan_r2c(len, real.data, spectrum.data, FFTW_ESTIMATE)),
+                 Plan(fftw().plan_c2r(len, spectrum.data, real.data, FFTW_ESTIMATE)), {}};
     if (!t.forward || !t.inverse)
       fail(Code::internal, "FFTW could not plan a transform of length " + std::to_string(n));
     it = plans.emplace(n, std::move(t)).first;
@@ -146,7 +192,7 @@ const Transforms& transforms(std::size_t n, bool with_long) {
     FftwBuffer<long double> real(n);
     FftwBuffer<fftwl_complex> spectrum(n / 2 + 1);
     it->second.forward_long =
-        LongPlan(fftwl_plan_dft_r2c_1d(len, real.data, spectrum.data, FFTW_ESTIMATE));
+        LongPlan(fftw().plan_r2c_long(len, real.data, spectrum.data, FFTW_ESTIMATE));
     if (!it->second.forward_long)
       fail(Code::internal, "FFTW could not plan a long double transform of length " +
                                std::to_string(n));
@@ -155,10 +201,10 @@ const Transforms& transforms(std::size_t n, bool with_long) {
 }
 
 void forward(const Transforms& t, double* in, std::complex<double>* out) {
-  fftw_execute_dft_r2c(t.forward.get(), in, reinterpret_cast<fftw_complex*>(out));
+  fftw().execute_r2c(t.forward.get(), in, reinterpret_cast<fftw_complex*>(out));
 }
 void forward(const Transforms& t, long double* in, std::complex<long double>* out) {
-  fftwl_execute_dft_r2c(t.forward_long.get(), in, reinterpret_cast<fftwl_complex*>(out));
+  fftw().execute_r2c_long(t.forward_long.get(), in, reinterpret_cast<fftwl_complex*>(out));
 }
 
 // z^n by squaring, with the plain product (std::complex's operator* also handles inf and NaN,
@@ -346,7 +392,7 @@ GridPmf compose(const std::vector<std::shared_ptr<const StepPmf>>& steps_pmfs,
     offset += steps[g] * pmf.offset;
   }
   double* real = workspace.plain.real->data;
-  fftw_execute_dft_c2r(plan.inverse.get(), reinterpret_cast<fftw_complex*>(product), real);
+  fftw().execute_c2r(plan.inverse.get(), reinterpret_cast<fftw_complex*>(product), real);
   // Sums outside the window fold into it (at most tail_mass in all); take the window.
   const long long lower = static_cast<long long>(w.lower);
   out.offset = offset + lower;

@@ -8,10 +8,27 @@
 #include <limits>
 #include <string>
 
+#include "runtime/core/dynlib.h"
 #include "runtime/core/error.h"
 
 namespace dpg::topology {
 namespace {
+
+// LAPACK is loaded at the first spectrum, not linked (runtime/core/dynlib.h): most processes
+// analyse no graph, and LAPACKE brings LAPACK, the reference BLAS and gfortran's runtime along.
+constexpr const char* kLapacke = "liblapacke.so.3";
+struct Lapacke {
+  decltype(&LAPACKE_dsyev) dsyev;
+  decltype(&LAPACKE_dgesvd) dgesvd;
+};
+const Lapacke& lapacke() {
+  static const Lapacke l = [] {
+    void* lib = open_library(kLapacke, "liblapacke");
+    return Lapacke{library_function<decltype(&LAPACKE_dsyev)>(lib, kLapacke, "LAPACKE_dsyev"),
+                   library_function<decltype(&LAPACKE_dgesvd)>(lib, kLapacke, "LAPACKE_dgesvd")};
+  }();
+  return l;
+}
 
 constexpr double kExact = 1e-12;       // below this rho (or entry error) averaging is exact
 constexpr double kNoProgress = 1e-15;  // rho within this of 1: gossip never converges
@@ -34,10 +51,10 @@ double norm_off_average(int n, std::vector<double> a) {
   std::vector<double> values(n);
   lapack_int info = 0;
   if (symmetric) {
-    info = LAPACKE_dsyev(LAPACK_ROW_MAJOR, 'N', 'U', n, a.data(), n, values.data());
+    info = lapacke().dsyev(LAPACK_ROW_MAJOR, 'N', 'U', n, a.data(), n, values.data());
   } else {
     std::vector<double> superb(std::max(1, n - 1));
-    info = LAPACKE_dgesvd(LAPACK_ROW_MAJOR, 'N', 'N', n, n, a.data(), n, values.data(), nullptr, 1,
+    info = lapacke().dgesvd(LAPACK_ROW_MAJOR, 'N', 'N', n, n, a.data(), n, values.data(), nullptr, 1,
                           nullptr, 1, superb.data());
   }
   if (info != 0)

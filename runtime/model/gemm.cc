@@ -5,12 +5,12 @@
 #include "runtime/model/blas_threads.h"
 
 #if DPG_HAVE_DNNL
-#include <dlfcn.h>
 #include <dnnl.h>
 #include <omp.h>
 
 #include <string>
 
+#include "runtime/core/dynlib.h"
 #include "runtime/core/error.h"
 #endif
 
@@ -19,25 +19,15 @@ namespace dpg::model {
 #if DPG_HAVE_DNNL
 namespace {
 
-// oneDNN is loaded at the first GEMM, not linked: a process that trains nothing (the launcher, a
-// benchmark of the collectives, `privacy`) then never maps it, and oneDNN's 36,000 relocations
-// were the largest part of every dpgossip process's start-up.
+// oneDNN is loaded at the first GEMM, not linked (runtime/core/dynlib.h): a process that trains
+// nothing (the launcher, a benchmark of the collectives, `privacy`) then never maps it, and
+// oneDNN's 36,000 relocations were the largest part of every dpgossip process's start-up.
 using SgemmFn = decltype(&dnnl_sgemm);
 constexpr const char* kDnnl = "libdnnl.so.2";
 
 SgemmFn dnnl_sgemm_fn() {
-  static const SgemmFn fn = [] {
-    void* lib = ::dlopen(kDnnl, RTLD_NOW | RTLD_LOCAL);  // kept for the process's life
-    if (lib == nullptr) {
-      const char* e = ::dlerror();
-      fail(Code::unavailable, std::string("sgemm: cannot load oneDNN (") + kDnnl + "): " +
-                                  (e != nullptr ? e : "unknown reason") +
-                                  " (Debian's libdnnl2, which this build was made with)");
-    }
-    auto f = reinterpret_cast<SgemmFn>(::dlsym(lib, "dnnl_sgemm"));
-    if (f == nullptr) fail(Code::unavailable, std::string("sgemm: ") + kDnnl + " has no dnnl_sgemm");
-    return f;
-  }();
+  static const SgemmFn fn =
+      library_function<SgemmFn>(open_library(kDnnl, "libdnnl2"), kDnnl, "dnnl_sgemm");
   return fn;
 }
 
