@@ -88,7 +88,13 @@ Dataset read_shard(const std::string& path, const ShardExpectation& expect,
   {
     std::error_code ec;
     const auto on_disk = std::filesystem::file_size(path, ec);
-    if (!ec && on_disk != want) wrong_size(on_disk);
+    if (ec) {
+      // Missing, or not a regular file (a FIFO, a folder): read_regular_file_chunks says which,
+      // before anything the manifest sizes is allocated.
+      read_regular_file_chunks(path, 0, "a shard file", [](std::string_view) {});
+      fail(Code::not_found, path + ": cannot read its size: " + ec.message());
+    }
+    if (on_disk != want) wrong_size(on_disk);
   }
   // Where each row of the file goes in the result (npos: not kept), when only some are kept.
   constexpr std::size_t npos = static_cast<std::size_t>(-1);

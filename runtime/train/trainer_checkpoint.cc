@@ -18,6 +18,7 @@
 // the charge before anything else happens, so a second failure cannot lose it.
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string_view>
 
@@ -189,7 +190,14 @@ void Trainer::settle_run_id() {
     have = id.has_value();
     mine = id.value_or("");
     if (mine.size() > kIdBytes) mine.resize(kIdBytes);  // not one of ours: it will not match
-    orphans = !have && !dir.listed().empty();
+    // Checkpoint files (regular ones: a FIFO or a folder in a checkpoint's name is named as
+    // such when the checkpoints are read) without a ledger.
+    if (!have) {
+      for (long long st : dir.listed()) {
+        std::error_code ec;
+        orphans = orphans || std::filesystem::is_regular_file(dir.path_of(st), ec);
+      }
+    }
   }
   // Each peer's, as "+" then the id (padded), "-" when it has no ledger, or "!" when it has
   // checkpoints but no ledger (its ledger was deleted: what it spent cannot be known).
@@ -206,7 +214,10 @@ void Trainer::settle_run_id() {
   std::string listed, without;
   for (int r = 0; r < world(); ++r) {
     const std::string theirs = all.substr(static_cast<std::size_t>(r) * slot.size(), slot.size());
-    if (theirs[0] == '!') without += (without.empty() ? "" : ", ") + std::to_string(r);
+    if (theirs[0] == '!') {
+      if (!without.empty()) without += ", ";
+      without += std::to_string(r);
+    }
     same = same && theirs == all.substr(0, slot.size());
     std::string shown = theirs.substr(1);
     shown.erase(shown.find_last_not_of(' ') + 1);
@@ -216,11 +227,12 @@ void Trainer::settle_run_id() {
                                                 : "run " + shown);
   }
   if (!without.empty()) {
-    fail(Code::data_loss,
-         "train: --resume: ledger.json is missing beside the checkpoints of rank" +
-             std::string(without.find(',') != std::string::npos ? "s " : " ") + without + " (in " +
-             c.checkpoint_dir + "): the steps taken after the newest checkpoint cannot be counted; "
-             "restore the ledger, or start a new run in another --checkpoint-dir");
+    std::string msg = "train: --resume: ledger.json is missing beside the checkpoints of ";
+    msg += without.find(',') != std::string::npos ? "ranks " : "rank ";
+    msg += without;
+    msg += " (in " + c.checkpoint_dir + "): the steps taken after the newest checkpoint cannot be "
+           "counted; restore the ledger, or start a new run in another --checkpoint-dir";
+    fail(Code::data_loss, msg);
   }
   if (!same) {
     fail(Code::failed_precondition,
