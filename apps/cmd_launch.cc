@@ -13,6 +13,7 @@
 
 #include "apps/commands.h"
 #include "apps/launch.h"
+#include "apps/parse.h"
 #include "apps/peer_memory.h"
 #include "runtime/process/find.h"
 #include "runtime/core/bounds.h"
@@ -38,13 +39,6 @@ struct LaunchFlags {
   CLI::Option* peers_opt = nullptr;
 };
 
-bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
-  for (const std::string& a : args) {
-    if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
-  }
-  return false;
-}
-
 void validate(const LaunchFlags& f) {
   const bool by_file = f.hosts_opt->count() > 0, by_count = f.peers_opt->count() > 0;
   if (by_file == by_count)
@@ -68,10 +62,9 @@ void validate(const LaunchFlags& f) {
 }
 
 void require_local_memory(const LaunchFlags& f, size_t local_peers, int world) {
-  const auto shape = train_shape(f.command, world);
   const std::uint64_t per_peer =
       f.peer_memory_mb > 0 ? static_cast<std::uint64_t>(f.peer_memory_mb * (1 << 20))
-                           : estimate_peer_bytes(shape.value_or(PeerShape{.cols = 0, .batch = 0}),
+                           : estimate_peer_bytes(train_shape(f.command, world),
                                                  static_cast<int>(local_peers));
   const auto total = checked_mul(per_peer, local_peers);
   DPG_INFO("launch: " << local_peers << " local peers at about " << bytes_text(per_peer)

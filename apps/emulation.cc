@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "runtime/core/bounds.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/core/wire.h"
@@ -34,12 +35,6 @@ constexpr double kWindowSeconds = 0.3;
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-std::string fixed(double v, int digits) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
 }
 
 }  // namespace
@@ -184,9 +179,9 @@ std::vector<std::string> probe_slowdowns(collective::Communicator& comm, const T
   for (int r = 0; r < world; ++r) {
     const double a = figures[static_cast<std::size_t>(r) * 2];
     if (a <= 1) continue;
-    lines.push_back("rank " + std::to_string(r) + ": asked " + fixed(a, 2) +
+    lines.push_back("rank " + std::to_string(r) + ": asked " + fixed_text(a, 2) +
                     "x slower compute, delivered " +
-                    fixed(figures[static_cast<std::size_t>(r) * 2 + 1], 2) + "x");
+                    fixed_text(figures[static_cast<std::size_t>(r) * 2 + 1], 2) + "x");
     if (me == 0) DPG_INFO("emulated slow peer " << lines.back());
   }
   return lines;
@@ -278,7 +273,7 @@ data::Dataset rebalance_rows(collective::Communicator& comm, const TrainConfig& 
     std::string s;
     for (int j = 0; j < world; ++j) {
       s += (j ? "; " : "") + std::string("rank ") + std::to_string(j) + " " +
-           fixed(b.speeds[static_cast<std::size_t>(j)], 0) + " examples/s, " +
+           fixed_text(b.speeds[static_cast<std::size_t>(j)], 0) + " examples/s, " +
            std::to_string(b.rows[static_cast<std::size_t>(j)]) + " rows";
     }
     DPG_INFO("balance at epoch " << epoch << ": " << s);
@@ -316,8 +311,8 @@ Balanced balance_peers(collective::Communicator& comm, const TrainConfig& c,
     std::string s;
     for (int j = 0; j < world; ++j) {
       s += (j ? "; " : "") + std::string("rank ") + std::to_string(j) + " " +
-           fixed(b.speeds[static_cast<std::size_t>(j)], 0) + " examples/s, share " +
-           fixed(b.shares[static_cast<std::size_t>(j)], 3) + ", " +
+           fixed_text(b.speeds[static_cast<std::size_t>(j)], 0) + " examples/s, share " +
+           fixed_text(b.shares[static_cast<std::size_t>(j)], 3) + ", " +
            std::to_string(b.rows[static_cast<std::size_t>(j)]) + " rows";
     }
     DPG_INFO("balance: " << (b.moved ? "rows re-sharded by speed (every peer samples at the "

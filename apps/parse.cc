@@ -6,6 +6,22 @@
 
 namespace dpg::app {
 
+bool has_flag(const std::vector<std::string>& args, const std::string& flag) {
+  for (const std::string& a : args) {
+    if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
+  }
+  return false;
+}
+
+std::string flag_value(const std::vector<std::string>& args, const std::string& flag) {
+  std::string out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == flag && i + 1 < args.size()) out = args[i + 1];
+    else if (args[i].rfind(flag + "=", 0) == 0) out = args[i].substr(flag.size() + 1);
+  }
+  return out;
+}
+
 CLI::Validator seed_check() {
   return CLI::Validator(
       [](std::string& text) {

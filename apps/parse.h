@@ -18,4 +18,9 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& flag
 // "4K,64K,1M,100" -> {4096, 65536, 1048576, 100} (K = KiB, M = MiB, G = GiB); errors name the flag.
 std::vector<long long> parse_size_list(const std::string& text, const std::string& flag);
 
+// In a command line `args` (another command's, as `launch` hands it on): whether `flag` is given,
+// alone or as `flag=V`; and the value of its last `flag V` or `flag=V`, empty when absent.
+bool has_flag(const std::vector<std::string>& args, const std::string& flag);
+std::string flag_value(const std::vector<std::string>& args, const std::string& flag);
+
 }  // namespace dpg::app

@@ -7,6 +7,7 @@
 #include "apps/parse.h"
 #include "runtime/core/json_io.h"
 #include "runtime/core/train_config.h"
+#include "runtime/model/mlp.h"
 #include "runtime/train/algorithm.h"
 
 namespace dpg::app {
@@ -27,33 +28,17 @@ constexpr double kDistributedPlanBytes = 36 * kMiB;
 // average, the neighbours' models or the reduction's buffers, the messages), rounded up.
 constexpr double kModelCopies = 16;
 
-// The value of `--flag V` or `--flag=V` in args, or empty.
-std::string flag_value(const std::vector<std::string>& args, const std::string& flag) {
-  std::string out;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == flag && i + 1 < args.size()) out = args[i + 1];
-    else if (args[i].rfind(flag + "=", 0) == 0) out = args[i].substr(flag.size() + 1);
-  }
-  return out;
-}
-
-bool has_arg(const std::vector<std::string>& args, const std::string& flag) {
-  return std::find(args.begin(), args.end(), flag) != args.end();
-}
-
 }  // namespace
 
 double model_and_step_bytes(double cols, double classes, const std::vector<int>& hidden,
                             double batch) {
   const double floats = 4.0;
-  double params = 0, width = cols, activations = 0;
-  for (int h : hidden) {
-    params += (width + 1) * h;
-    width = h;
-    activations += h;
-  }
-  params += (width + 1) * classes;
-  activations += classes;
+  const model::MlpSpec spec{.inputs = static_cast<int>(std::min(cols, 2e9)),
+                            .hidden = hidden,
+                            .classes = static_cast<int>(std::min(classes, 2e9))};
+  const double params = spec.param_count();
+  double activations = classes;
+  for (int h : hidden) activations += h;
   const double step = 2 * std::max(1.0, batch) * (cols + 3 * activations) * floats;
   return kModelCopies * params * floats + step;
 }
@@ -68,8 +53,8 @@ std::uint64_t estimate_peer_bytes(const PeerShape& s, int local_peers) {
   return static_cast<std::uint64_t>(std::min(total, 1e18));
 }
 
-std::optional<PeerShape> train_shape(const std::vector<std::string>& args, int world) {
-  if (args.empty() || args[0] != "train") return std::nullopt;
+PeerShape train_shape(const std::vector<std::string>& args, int world) {
+  if (args.empty() || args[0] != "train") return PeerShape{.cols = 0, .batch = 0};  // the process
   PeerShape s;
   const TrainConfig defaults;
   s.batch = defaults.batch_size;
@@ -83,7 +68,7 @@ std::optional<PeerShape> train_shape(const std::vector<std::string>& args, int w
     const std::string accountant = flag_value(args, "--accountant");
     s.distributed_plan = world > 1 && train::algo_info(algo).release == dp::Release::summed &&
                          noise != "local" && accountant != "rdp" &&
-                         flag_value(args, "--target") != "messages" && !has_arg(args, "--no-dp");
+                         flag_value(args, "--target") != "messages" && !has_flag(args, "--no-dp");
     std::string data = flag_value(args, "--data");
     if (data.empty()) data = defaults.data;
     const Json m = read_json_file((std::filesystem::path(data) / "manifest.json").string());

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,8 +34,8 @@ double model_and_step_bytes(double cols, double classes, const std::vector<int>&
 // The shape of command `args` (what follows `launch ... --`) for `world` peers: its --data
 // folder's manifest (the default folder when not given), --batch-size, --hidden and what decides
 // the plan's noise (--algo, --noise-mode, --accountant, --target, --no-dp); flags given in a
-// --config file are not read (its defaults stand). nullopt when the command is not `train`; no
-// rows when its manifest cannot be read yet (train may prepare it).
-std::optional<PeerShape> train_shape(const std::vector<std::string>& args, int world);
+// --config file are not read (its defaults stand). The process alone (no rows, no batch) when the
+// command is not `train` or its manifest cannot be read yet (train may prepare it).
+PeerShape train_shape(const std::vector<std::string>& args, int world);
 
 }  // namespace dpg::app

@@ -20,6 +20,7 @@
 #include "apps/launch.h"
 #include "apps/transport_setup.h"
 #include "runtime/collective/communicator.h"
+#include "runtime/core/bounds.h"
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
 #include "runtime/core/json_io.h"
@@ -38,12 +39,6 @@ struct LinkBench {
   LinkBenchOptions o;
   EmulationFlags emulation;
 };
-
-std::string fixed(double v, int digits) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
 
 // One pair's row: what was asked and what came, in milliseconds and Mbit/s.
 Json row_of(int a, int b, const net::LinkShape& asked, const net::ProbeResult& r,
@@ -120,14 +115,14 @@ void print_rows(const std::vector<Json>& rows, bool json) {
   for (const Json& r : rows) {
     const double asked_mbit = r["asked_mbit"].get<double>();
     std::cout << "| " << r["link"].get<std::string>() << " | "
-              << fixed(r["asked_latency_ms"].get<double>(), 3) << " | "
-              << fixed(r["latency_ms"].get<double>(), 3) << " ("
-              << fixed(r["latency_min_ms"].get<double>(), 3) << "-"
-              << fixed(r["latency_max_ms"].get<double>(), 3) << ") | "
-              << fixed(r["latency_error_ms"].get<double>(), 3) << " | "
-              << (asked_mbit > 0 ? fixed(asked_mbit, 1) : std::string("unlimited")) << " | "
-              << fixed(r["mbit"].get<double>(), 1) << " | "
-              << (r.contains("bandwidth_ratio") ? fixed(r["bandwidth_ratio"].get<double>(), 3)
+              << fixed_text(r["asked_latency_ms"].get<double>(), 3) << " | "
+              << fixed_text(r["latency_ms"].get<double>(), 3) << " ("
+              << fixed_text(r["latency_min_ms"].get<double>(), 3) << "-"
+              << fixed_text(r["latency_max_ms"].get<double>(), 3) << ") | "
+              << fixed_text(r["latency_error_ms"].get<double>(), 3) << " | "
+              << (asked_mbit > 0 ? fixed_text(asked_mbit, 1) : std::string("unlimited")) << " | "
+              << fixed_text(r["mbit"].get<double>(), 1) << " | "
+              << (r.contains("bandwidth_ratio") ? fixed_text(r["bandwidth_ratio"].get<double>(), 3)
                                                 : std::string("-"))
               << " |\n";
   }

@@ -7,16 +7,15 @@
 // max, and a ratio row dpgossip's median over each baseline's.
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "apps/bench/bench_baseline.h"
 #include "apps/bench/bench_options.h"
 #include "apps/commands.h"
+#include "runtime/core/bounds.h"
 #include "runtime/core/error.h"
 #include "runtime/core/json_io.h"
 #include "runtime/process/find.h"
@@ -69,12 +68,6 @@ Timing time_starts(const std::string& backend, const StartupBenchOptions& o) {
   return t;
 }
 
-std::string fixed(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", v);
-  return buf;
-}
-
 void run_startup_bench(const StartupBenchOptions& o) {
   check(o);
   std::vector<std::string> backends = {"dpgossip"};
@@ -90,8 +83,9 @@ void run_startup_bench(const StartupBenchOptions& o) {
                 << "\n";
     } else {
       std::cout << t.backend << ": " << o.peers << " peers, start to first all-reduce and exit: "
-                << "median " << fixed(t.median()) << " s (min " << fixed(t.seconds.front())
-                << ", max " << fixed(t.seconds.back()) << ", " << o.repeats << " starts)\n";
+                << "median " << fixed_text(t.median(), 3) << " s (min "
+                << fixed_text(t.seconds.front(), 3) << ", max " << fixed_text(t.seconds.back(), 3)
+                << ", " << o.repeats << " starts)\n";
     }
   }
   for (std::size_t i = 1; i < times.size(); ++i) {
@@ -100,7 +94,7 @@ void run_startup_bench(const StartupBenchOptions& o) {
       std::cout << Json{{"ratio", "dpgossip/" + times[i].backend}, {"median", ratio}}.dump()
                 << "\n";
     } else {
-      std::cout << "dpgossip / " << times[i].backend << ": " << fixed(ratio)
+      std::cout << "dpgossip / " << times[i].backend << ": " << fixed_text(ratio, 3)
                 << " of its median time\n";
     }
   }

@@ -67,6 +67,12 @@ std::string bytes_text(std::uint64_t bytes) {
   return std::to_string(bytes) + " bytes (" + buf + ")";
 }
 
+std::string fixed_text(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
 void require_memory(std::uint64_t bytes, const std::string& what, const std::string& hint) {
   const std::uint64_t have = available_memory_bytes();
   if (bytes <= have) return;

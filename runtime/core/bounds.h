@@ -45,6 +45,8 @@ void require_memory(std::uint64_t bytes, const std::string& what, const std::str
 
 // "12345678 bytes (11.8 MiB)".
 std::string bytes_text(std::uint64_t bytes);
+// `v` with `digits` digits after the point ("%.*f"), for tables and reports.
+std::string fixed_text(double v, int digits);
 
 // A user-given value quoted in an error, cut to `max_chars` with "..." and its full length.
 std::string shorten(std::string_view text, std::size_t max_chars = 40);

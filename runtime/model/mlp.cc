@@ -11,6 +11,13 @@
 
 namespace dpg::model {
 
+double MlpSpec::param_count() const {
+  const std::vector<int> w = widths();
+  double n = 0;
+  for (std::size_t l = 0; l + 1 < w.size(); ++l) n += (double(w[l]) + 1) * w[l + 1];
+  return n;
+}
+
 std::vector<int> MlpSpec::widths() const {
   std::vector<int> w{inputs};
   w.insert(w.end(), hidden.begin(), hidden.end());

@@ -30,6 +30,9 @@ struct MlpSpec {
   Activation activation = Activation::relu;
 
   std::vector<int> widths() const;  // inputs, hidden..., classes
+  // Weights and biases, sum over layers of (in + 1) * out; in double, so that a hostile size from
+  // a flag or a manifest gives a large figure to refuse, never a wrapped one.
+  double param_count() const;
 };
 
 // Per-batch buffers, grown on demand and reused from step to step.

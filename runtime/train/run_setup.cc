@@ -35,9 +35,7 @@ std::string algos_with(bool AlgoInfo::*allowed) {
 void check_buckets(const RunInputs& in) {
   const TrainConfig& c = in.config;
   if (c.bucket_bytes <= 0) return;
-  const std::vector<int> w = spec_for(c, in.data.train).widths();
-  double params = 0;
-  for (std::size_t l = 0; l + 1 < w.size(); ++l) params += double(w[l] + 1) * w[l + 1];
+  const double params = spec_for(c, in.data.train).param_count();
   const double bucket_values = std::max(1.0, std::floor(static_cast<double>(c.bucket_bytes) / 4));
   const double buckets = std::ceil(params / bucket_values);
   if (buckets > static_cast<double>(kMaxBuckets)) {
@@ -222,8 +220,7 @@ dp::PrivacyPlan plan_run(const RunInputs& in) {
   p.secure_aggregation = c.secure_aggregation;
   if (p.secure_aggregation) {
     // d, for the rounding's share of the grid's sensitivity: sum over layers of (in + 1) * out.
-    const std::vector<int> w = spec_for(c, in.data.train).widths();
-    for (std::size_t l = 0; l + 1 < w.size(); ++l) p.num_params += double(w[l] + 1) * w[l + 1];
+    p.num_params = spec_for(c, in.data.train).param_count();
   }
   try {
     return agreed_plan(p, in.comm);
