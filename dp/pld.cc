@@ -80,25 +80,20 @@ const Fftw& fftw() {
     constexpr const char* kLong = "libfftw3l.so.3";
     void* d = open_library(kDouble, "libfftw3-double3");
     void* l = open_library(kLong, "libfftw3-long3");
-    const auto fn = [](void* lib, const char* soname, const char* name) {
-      return library_symbol(lib, soname, name);
-    };
     Fftw out{};
-    out.malloc = reinterpret_cast<decltype(out.malloc)>(fn(d, kDouble, "fftw_malloc"));
-    out.free = reinterpret_cast<decltype(out.free)>(fn(d, kDouble, "fftw_free"));
-    out.destroy_plan = reinterpret_cast<decltype(out.destroy_plan)>(fn(d, kDouble, "fftw_destroy_plan"));
-    out.destroy_plan_long =
-        reinterpret_cast<decltype(out.destroy_plan_long)>(fn(l, kLong, "fftwl_destroy_plan"));
-    out.plan_r2c = reinterpret_cast<decltype(out.plan_r2c)>(fn(d, kDouble, "fftw_plan_dft_r2c_1d"));
-    out.plan_c2r = reinterpret_cast<decltype(out.plan_c2r)>(fn(d, kDouble, "fftw_plan_dft_c2r_1d"));
-    out.plan_r2c_long =
-        reinterpret_cast<decltype(out.plan_r2c_long)>(fn(l, kLong, "fftwl_plan_dft_r2c_1d"));
-    out.execute_r2c =
-        reinterpret_cast<decltype(out.execute_r2c)>(fn(d, kDouble, "fftw_execute_dft_r2c"));
-    out.execute_r2c_long =
-        reinterpret_cast<decltype(out.execute_r2c_long)>(fn(l, kLong, "fftwl_execute_dft_r2c"));
-    out.execute_c2r =
-        reinterpret_cast<decltype(out.execute_c2r)>(fn(d, kDouble, "fftw_execute_dft_c2r"));
+    const auto get = [](auto& field, void* lib, const char* soname, const char* name) {
+      field = library_function<std::remove_reference_t<decltype(field)>>(lib, soname, name);
+    };
+    get(out.malloc, d, kDouble, "fftw_malloc");
+    get(out.free, d, kDouble, "fftw_free");
+    get(out.destroy_plan, d, kDouble, "fftw_destroy_plan");
+    get(out.destroy_plan_long, l, kLong, "fftwl_destroy_plan");
+    get(out.plan_r2c, d, kDouble, "fftw_plan_dft_r2c_1d");
+    get(out.plan_c2r, d, kDouble, "fftw_plan_dft_c2r_1d");
+    get(out.plan_r2c_long, l, kLong, "fftwl_plan_dft_r2c_1d");
+    get(out.execute_r2c, d, kDouble, "fftw_execute_dft_r2c");
+    get(out.execute_r2c_long, l, kLong, "fftwl_execute_dft_r2c");
+    get(out.execute_c2r, d, kDouble, "fftw_execute_dft_c2r");
     return out;
   }();
   return f;

@@ -76,6 +76,10 @@ void read_regular_file_chunks(const std::string& path, std::size_t max_bytes,
 std::string read_regular_file(const std::string& path, std::size_t max_bytes,
                               const std::string& what) {
   std::string text;
+  std::error_code ec;  // a size to reserve, when it can be had and is within the bound
+  if (const auto size = std::filesystem::file_size(path, ec); !ec && size <= max_bytes) {
+    text.reserve(static_cast<std::size_t>(size));
+  }
   read_regular_file_chunks(path, max_bytes, what, [&](std::string_view piece) {
     text.append(piece);
   });
