@@ -192,12 +192,11 @@ void Trainer::settle_run_id() {
     if (mine.size() > kIdBytes) mine.resize(kIdBytes);  // not one of ours: it will not match
     // Checkpoint files (regular ones: a FIFO or a folder in a checkpoint's name is named as
     // such when the checkpoints are read) without a ledger.
-    if (!have) {
-      for (long long st : dir.listed()) {
-        std::error_code ec;
-        orphans = orphans || std::filesystem::is_regular_file(dir.path_of(st), ec);
-      }
-    }
+    const std::vector<long long> steps = have ? std::vector<long long>{} : dir.listed();
+    orphans = std::any_of(steps.begin(), steps.end(), [&](long long st) {
+      std::error_code ec;
+      return std::filesystem::is_regular_file(dir.path_of(st), ec);
+    });
   }
   // Each peer's, as "+" then the id (padded), "-" when it has no ledger, or "!" when it has
   // checkpoints but no ledger (its ledger was deleted: what it spent cannot be known).
