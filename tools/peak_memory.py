@@ -70,7 +70,7 @@ def status_field(pid, field):
     return None
 
 
-def comm(pid):
+def argv_of(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
@@ -112,7 +112,7 @@ def main():
             if p is None:
                 continue
             total += p
-            if pid != proc.pid and is_peer(comm(pid)):
+            if pid != proc.pid and is_peer(argv_of(pid)):
                 rec = peers.setdefault(pid, {"pss": 0, "hwm": 0})
                 rec["pss"] = max(rec["pss"], p)
                 rec["hwm"] = max(rec["hwm"], status_field(pid, "VmHWM") or 0)
