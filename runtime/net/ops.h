@@ -31,6 +31,10 @@ inline constexpr uint32_t kOpProbe = 9;
 inline constexpr uint32_t kOpGroups = 10;
 inline constexpr uint32_t kOpGroupModel = 11;
 
-static_assert(kOpGroupModel < kOpsPerSpace, "every id of space 0 stays below kOpsPerSpace");
+// A consensus report of an asynchronous algorithm: rank 0 asks a peer for its model
+// (train/consensus_poll.h).
+inline constexpr uint32_t kOpReport = 12;
+
+static_assert(kOpReport < kOpsPerSpace, "every id of space 0 stays below kOpsPerSpace");
 
 }  // namespace dpg::net

@@ -12,7 +12,7 @@
 // (the model each way, sizes fixed by the model's) to the one it pairs with, a one-way `idle` to
 // the others, so that a responder's wait spans one step of its active neighbour and a stalled or
 // dead peer is named within the timeout (the service's blame). Where the model must be settled
-// (release(), a consensus report after apply(), save()), a passive peer drains the service and
+// (release(), save()), a passive peer drains the service and
 // adds its pending deltas; save() keeps what is pending at the boundary.
 #include <algorithm>
 #include <atomic>
@@ -70,7 +70,6 @@ class AdPsgdAlgorithm final : public Algorithm {
       : comm_(*s.comm),
         rank_(s.comm->rank()),
         label_(s.phases.empty() ? std::string() : s.phases.front().label),
-        metrics_every_(s.config.metrics_every),
         rng_(s.config.seed, stream_for(stream::kPairing, static_cast<std::uint64_t>(rank_))),
         service_(s.comm->transport(), kOpAdPsgd, "ad-psgd",
                  {{0, 0, true}, {s.num_params * sizeof(float), s.num_params * sizeof(float)}},
@@ -114,8 +113,6 @@ class AdPsgdAlgorithm final : public Algorithm {
     std::unique_lock lock(mu_);
     fold_pending(params);
     sgd.apply(params, mine);
-    lock.unlock();
-    if (metrics_every_ > 0 && steps_ % metrics_every_ == 0) settle();  // a consensus report
   }
 
   void finish(std::span<float> params) override {
@@ -133,6 +130,14 @@ class AdPsgdAlgorithm final : public Algorithm {
   }
 
   bool replicas_differ() const override { return true; }
+
+  // A passive peer's model with the deltas its responders have recorded since its last step.
+  void current_model(std::span<const float> params, std::span<float> out) const override {
+    std::copy(params.begin(), params.end(), out.begin());
+    if (active_) return;
+    std::lock_guard lock(mu_);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] += pending_[i];
+  }
 
   // At boundary t: a passive peer keeps the deltas of the requests answered since its last step.
   void save(long long t, Checkpoint& out) override {
@@ -232,7 +237,6 @@ class AdPsgdAlgorithm final : public Algorithm {
   collective::Communicator& comm_;
   int rank_;
   std::string label_;
-  long long metrics_every_;  // the trainer's K-step consensus reports (collectives)
   Rng rng_;  // which neighbour to pair with (public: seeded by config.seed and rank)
   bool active_ = false;
   std::vector<int> neighbours_;  // the other colour, ascending
@@ -240,7 +244,7 @@ class AdPsgdAlgorithm final : public Algorithm {
   std::atomic<long long> pairings_{0};
   std::vector<float> reply_;     // active: the paired neighbour's model
   // Passive: the responders read params_ and write pending_ under mu_, as apply() the model.
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::span<const float> params_;
   std::span<float> model_;         // the same model, as apply() hands it over
   long long steps_ = 0;            // steps taken (training thread)

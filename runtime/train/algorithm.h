@@ -29,6 +29,7 @@
 // model goes to the device before each step.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -136,6 +137,13 @@ class Algorithm {
   // `out`; collective (every peer calls it at the same evaluation). Default: `mine` itself, for
   // algorithms whose replicas agree after every step.
   virtual void release(std::span<const float> mine, std::span<float> out);
+
+  // This peer's model as it stands, from its `params` into `out`, for a consensus report that
+  // asks it without a meeting (consensus_poll.h): on the training thread at a step boundary,
+  // while other peers' requests may still be answered. Default: `params`.
+  virtual void current_model(std::span<const float> params, std::span<float> out) const {
+    std::copy(params.begin(), params.end(), out.begin());
+  }
 
   // Whether the peers' models differ between synchronisations: then the epoch lines carry the
   // consensus distance and each peer's own model's accuracy, and the released model is their mean.

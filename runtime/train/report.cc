@@ -51,8 +51,11 @@ Json EpochReport::to_json() const {
   }
   if (consensus_distance >= 0) {
     j["consensus_distance"] = consensus_distance;
-    j["peer_test_accuracy"] = peer_test_accuracy;
-    j["peer_test_loss"] = peer_test_loss;
+    // A peer a polled report could not reach has no score (ConsensusPoll): null.
+    Json& acc = j["peer_test_accuracy"] = Json::array();
+    Json& loss = j["peer_test_loss"] = Json::array();
+    for (double v : peer_test_accuracy) acc.push_back(finite_or_null(v));
+    for (double v : peer_test_loss) loss.push_back(finite_or_null(v));
   }
   merge(j, extra);
   name_split(j, split);
@@ -71,8 +74,11 @@ Json ConsensusReport::to_json() const {
     j["eval_rows"] = eval_rows;
     j["test_accuracy"] = test_accuracy;
     j["test_loss"] = test_loss;
-    j["peer_test_accuracy"] = peer_test_accuracy;
-    j["peer_test_loss"] = peer_test_loss;
+    // A peer a polled report could not reach has no score (ConsensusPoll): null.
+    Json& acc = j["peer_test_accuracy"] = Json::array();
+    Json& loss = j["peer_test_loss"] = Json::array();
+    for (double v : peer_test_accuracy) acc.push_back(finite_or_null(v));
+    for (double v : peer_test_loss) loss.push_back(finite_or_null(v));
   }
   merge(j, extra);
   name_split(j, split);

@@ -177,9 +177,11 @@ TrainSummary Trainer::run(const std::function<void(const EpochReport&)>& on_epoc
     return run_steps(on_epoch, on_consensus);
   } catch (const std::exception& e) {
     poison(e.what());
+    poll_.reset();
     throw;
   } catch (...) {
     poison("(see its log)");
+    poll_.reset();
     throw;
   }
 }
@@ -217,6 +219,12 @@ void Trainer::start(Loop& loop) {
     DPG_INFO("train: the model and its updates stay on the device");
   }
   loop.differ = s.algorithm->replicas_differ() && in_.comm != nullptr;
+  if (loop.differ && in_.config.metrics_every > 0 && algo_info(in_.config.algo).asynchronous &&
+      !s.resident) {
+    poll_ = std::make_unique<ConsensusPoll>(
+        in_.comm->transport(), s.spec, in_.config.metrics_every, eval_data(),
+        static_cast<std::size_t>(std::max(0, in_.config.metrics_eval_rows)), in_.tracer);
+  }
   s.start = Clock::now() - std::chrono::duration_cast<Clock::duration>(
                                std::chrono::duration<double>(loop.p.wall_seconds));
   if (loop.p.step == 0) report_consensus(loop, 0);  // a resumed run reported its start already
@@ -225,12 +233,31 @@ void Trainer::start(Loop& loop) {
 
 void Trainer::report_consensus(Loop& loop, long long round) {
   const long long every = in_.config.metrics_every;
+  RunState& s = *state_;
+  if (poll_) {
+    const auto fill = [&s](std::span<float> out) {
+      s.algorithm->current_model(s.model.params(), out);
+    };
+    const auto head = [&] {
+      ConsensusReport r;
+      r.round = round;
+      r.epoch = static_cast<double>(round) * plan_.q;
+      r.wall_s = seconds_since(s.start);
+      const Spent e = spent(s, round);
+      r.epsilon = e.model.epsilon;
+      r.message_epsilon = e.messages;
+      r.split = to_string(in_.config.eval_split);
+      s.algorithm->annotate(r.extra, round, false);
+      return r;
+    };
+    if (auto r = poll_->boundary(round, fill, head); r && loop.on_consensus) loop.on_consensus(*r);
+    return;
+  }
   if (!loop.differ || every <= 0 || round % every != 0) return;
   // Waiting here for slower peers is training time (local SGD's peers meet only every H
   // steps, so their skew is whole steps): only what follows the barrier is metrics.
   in_.comm->barrier();
   const auto begin = Clock::now();
-  RunState& s = *state_;
   s.last_consensus = consensus(s, round, true);
   if (loop.on_consensus) loop.on_consensus(*s.last_consensus);
   loop.metrics_seconds += seconds_since(begin);
@@ -268,6 +295,7 @@ bool Trainer::run_epoch(Loop& loop, int epoch) {
       loop.summary.stopped_at = p.step;
       pull_model(s, false);
       s.algorithm->finish(s.model.params());
+      close_poll(loop);
       return false;
     }
     if (in_.hooks.step) in_.hooks.step(p.step, s.model.params());
@@ -283,6 +311,7 @@ bool Trainer::run_epoch(Loop& loop, int epoch) {
   if (p.step == plan_.steps) {
     pull_model(s, false);
     s.algorithm->finish(s.model.params());
+    close_poll(loop);
   }
   p.train_seconds = train_before + seconds_since(epoch_start) - loop.metrics_seconds;
   loop.metrics_seconds = 0;
@@ -314,6 +343,16 @@ void Trainer::report_epoch(Loop& loop, int epoch) {
   p.seen = p.correct = 0;
   p.epoch_dropped_before = p.dropped;
   p.epoch_skipped_before = p.skipped;
+}
+
+void Trainer::close_poll(Loop& loop) {
+  if (!poll_) return;
+  RunState& s = *state_;
+  const auto r = poll_->close(loop.p.step, [&s](std::span<float> out) {
+    s.algorithm->current_model(s.model.params(), out);
+  });
+  poll_.reset();
+  if (r && loop.on_consensus) loop.on_consensus(*r);
 }
 
 TrainSummary Trainer::finish(Loop& loop) {

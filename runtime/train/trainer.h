@@ -19,6 +19,7 @@
 #include "runtime/core/train_config.h"
 #include "runtime/data/dataset.h"
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/consensus_poll.h"
 #include "runtime/train/gossip.h"
 #include "runtime/train/gradient.h"
 #include "runtime/train/report.h"
@@ -80,8 +81,12 @@ class Trainer {
   bool run_epoch(Loop& loop, int epoch);
   void report_epoch(Loop& loop, int epoch);
   TrainSummary finish(Loop& loop);
-  // The consensus distance every metrics_every steps, when the replicas differ.
+  // The consensus distance every metrics_every steps, when the replicas differ: a meeting of
+  // the peers (consensus()), or for an asynchronous algorithm rank 0's poll of their models
+  // (consensus_poll.h), which no peer waits for.
   void report_consensus(Loop& loop, long long round);
+  // The poll's end, after the algorithm's finish(): its last report, if one is in flight.
+  void close_poll(Loop& loop);
 
   // Sample, forward, backward with per-example norms, clip and noise, exchange and update,
   // account (trainer_step.cc).
@@ -149,6 +154,9 @@ class Trainer {
 
   RunInputs in_;
   dp::PrivacyPlan plan_;
+  // An asynchronous algorithm's K-step reports, from start() to the loop's end; reset after
+  // the transport is poisoned when the run fails, so that its threads do not wait out a timeout.
+  std::unique_ptr<ConsensusPoll> poll_;
   std::unique_ptr<RunState> state_;  // kept after run() for params()
   std::unique_ptr<CheckpointDir> checkpoints_;
   long long start_step_ = 0;       // where this run began (0, or the step it resumed from)

@@ -86,6 +86,7 @@ struct PeerResult {
   train::TrainSummary summary;
   std::vector<float> params;
   std::vector<train::EpochReport> epochs;
+  std::vector<train::ConsensusReport> consensus;  // the K-step reports this peer was handed
   std::string error;  // the peer's exception, "" when it finished
   double noise_multiplier = 0;  // the plan's, once the trainer was built
   // When run() threw: what a wait on its transport then throws (a receive nobody sends). The
@@ -128,7 +129,8 @@ inline std::vector<PeerResult> run_peers(
         train::Trainer t(std::move(in));
         res.noise_multiplier = t.noise_multiplier();
         try {
-          res.summary = t.run([&](const train::EpochReport& e) { res.epochs.push_back(e); });
+          res.summary = t.run([&](const train::EpochReport& e) { res.epochs.push_back(e); },
+                              [&](const train::ConsensusReport& r) { res.consensus.push_back(r); });
         } catch (const std::exception&) {
           net::Transport& own = fabric.peer(r);
           try {

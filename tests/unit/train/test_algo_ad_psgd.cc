@@ -1,5 +1,6 @@
 // ad-psgd on in-process peers: pairing without deadlock under random delays (the mean of the
-// models kept, their spread shrinking), a slow peer stalling nobody, learning with DP, the refusal
+// models kept, their spread shrinking), a slow peer stalling nobody (with and without the K-step
+// consensus reports, which rank 0 polls), learning with DP, the refusal
 // of a graph that is not bipartite, and a peer failing mid-run.
 #include <doctest/doctest.h>
 
@@ -139,36 +140,80 @@ TEST_CASE("ad-psgd: random delays, no deadlock; the mean is kept and the spread 
   }
 }
 
+// 4 peers of 400 rows at batch 40 (q = 1/40, 40 steps, one epoch: one evaluation, a collective,
+// after the last step), rank `slow` 25 ms slower a step (>= 1 s in all): the others must finish
+// in under half its time. Returns the peers.
+static std::vector<test::PeerResult> run_with_slow_peer(TrainConfig c, int slow) {
+  c.epochs = 1;
+  c.batch_size = 40;
+  const long long steps = 40;
+  std::vector<double> done_s(4, 0.0);
+  const auto start = Clock::now();
+  const auto hook = [&](int rank, long long t) {
+    if (rank == slow) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    if (t == steps - 1) {
+      done_s[static_cast<std::size_t>(rank)] =
+          std::chrono::duration<double>(Clock::now() - start).count();
+    }
+  };
+  auto peers = test::run_peers(4, c, 400, graph("ring", 4), std::chrono::seconds(20), hook);
+  for (const auto& p : peers) REQUIRE(p.error == "");
+  REQUIRE(peers[0].summary.steps == steps);
+  const double slow_s = done_s[static_cast<std::size_t>(slow)];
+  CHECK(slow_s >= 1.0);
+  for (int r = 0; r < 4; ++r) {
+    if (r == slow) continue;
+    CAPTURE(r);
+    CHECK(done_s[static_cast<std::size_t>(r)] > 0);
+    CHECK(done_s[static_cast<std::size_t>(r)] < 0.5 * slow_s);
+  }
+  return peers;
+}
+
 TEST_CASE("ad-psgd: a slow peer does not stall the others") {
   for (const int slow : {0, 1}) {  // an active and a passive one
     CAPTURE(slow);
     TrainConfig c = ad_config();
-    c.epochs = 1;  // one evaluation (a collective) only, after the last step
-    c.batch_size = 40;
-    std::vector<double> done_s(4, 0.0);
-    const auto start = Clock::now();
-    long long steps = 0;
-    const auto hook = [&](int rank, long long t) {
-      if (rank == slow) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-      if (t == steps - 1) {
-        done_s[static_cast<std::size_t>(rank)] =
-            std::chrono::duration<double>(Clock::now() - start).count();
+    c.metrics_every = 0;
+    run_with_slow_peer(c, slow);
+  }
+}
+
+TEST_CASE("ad-psgd: the K-step consensus reports hold no peer up") {
+  // Every 2 steps rank 0 reports the spread of the models and their accuracies; the slow peer
+  // must still be left behind by the others, as without reports.
+  for (const int slow : {0, 1}) {  // the reporting peer (active) and a passive one
+    CAPTURE(slow);
+    TrainConfig c = ad_config();
+    c.metrics_every = 2;
+    c.metrics_eval_rows = 100;
+    const auto peers = run_with_slow_peer(c, slow);
+    // Rank 0 alone is handed the reports: rounds of its own, multiples of 2, increasing, each
+    // from every peer's model at a step of that peer's; the peers were more than 2 steps apart.
+    for (int r = 1; r < 4; ++r) CHECK(peers[static_cast<std::size_t>(r)].consensus.empty());
+    const auto& reports = peers[0].consensus;
+    REQUIRE(reports.size() >= 2);
+    CHECK(reports.front().round == 0);
+    long long last = -1, widest = 0;
+    for (const auto& r : reports) {
+      CAPTURE(r.round);
+      CHECK(r.round % 2 == 0);
+      CHECK(r.round > last);
+      last = r.round;
+      CHECK(r.extra["peers_reported"] == 4);
+      REQUIRE(r.extra["peer_steps"].size() == 4);
+      CHECK(r.extra["peer_steps"][0] == r.round);  // rank 0's own model, at its round
+      long long lo = 40, hi = 0;
+      for (const auto& v : r.extra["peer_steps"]) {
+        lo = std::min(lo, v.get<long long>());
+        hi = std::max(hi, v.get<long long>());
       }
-    };
-    // 4 peers of 400 rows at batch 40: q = 1/40, 40 steps; the slow peer takes >= 1 s.
-    steps = 40;
-    const auto peers =
-        test::run_peers(4, c, 400, graph("ring", 4), std::chrono::seconds(20), hook);
-    for (const auto& p : peers) REQUIRE(p.error == "");
-    REQUIRE(peers[0].summary.steps == steps);
-    const double slow_s = done_s[static_cast<std::size_t>(slow)];
-    CHECK(slow_s >= 1.0);
-    for (int r = 0; r < 4; ++r) {
-      if (r == slow) continue;
-      CAPTURE(r);
-      CHECK(done_s[static_cast<std::size_t>(r)] > 0);
-      CHECK(done_s[static_cast<std::size_t>(r)] < 0.5 * slow_s);
+      widest = std::max(widest, hi - lo);
+      CHECK(r.eval_rows == 100);
+      CHECK(r.peer_test_accuracy.size() == 4);
+      CHECK(r.consensus_distance >= 0);
     }
+    CHECK(widest > 2);
   }
 }
 

@@ -1,10 +1,13 @@
 // The epoch line and the summary report what ran: dropped examples every epoch, and a run too
-// short to time says so instead of "0 samples/s".
+// short to time says so instead of "0 samples/s"; a polled consensus report's spread.
 #include <doctest/doctest.h>
 
 #include <limits>
+#include <random>
 #include <string>
+#include <vector>
 
+#include "runtime/train/consensus_poll.h"
 #include "runtime/train/report.h"
 
 using namespace dpg::train;
@@ -118,4 +121,36 @@ TEST_CASE("report: a stopped run's summary says what ran, and nothing that did n
   const dpg::Json later = s.to_json(c, plan);
   CHECK(later["test_accuracy"] == 0.6);
   CHECK(later["test_accuracy_last_iterate"].is_null());
+}
+
+TEST_CASE("Spread: the polled reports' mean and consensus distance, against a direct sum") {
+  // Models far from 0 and close together: the sums of squares cancel almost entirely.
+  std::mt19937_64 gen(7);
+  std::normal_distribution<double> noise(0.0, 1e-3);
+  const std::size_t values = 5000;
+  std::vector<std::vector<float>> models(5, std::vector<float>(values));
+  for (auto& m : models) {
+    for (std::size_t i = 0; i < values; ++i) m[i] = static_cast<float>(3.0 + 0.001 * i + noise(gen));
+  }
+  Spread spread(values);
+  for (const auto& m : models) spread.add(m);
+  REQUIRE(spread.count() == 5);
+  std::vector<double> mean(values, 0.0);
+  for (const auto& m : models) {
+    for (std::size_t i = 0; i < values; ++i) mean[i] += m[i] / 5.0;
+  }
+  double direct = 0;
+  for (const auto& m : models) {
+    for (std::size_t i = 0; i < values; ++i) direct += (m[i] - mean[i]) * (m[i] - mean[i]) / 5.0;
+  }
+  CHECK(spread.distance() == doctest::Approx(direct).epsilon(1e-9));
+  std::vector<float> got(values);
+  spread.mean(got);
+  for (std::size_t i = 0; i < values; i += 499) CHECK(got[i] == doctest::Approx(mean[i]));
+  // One model, or the same model twice: no spread.
+  Spread one(values);
+  one.add(models[0]);
+  one.add(models[0]);
+  CHECK(one.distance() == 0);
+  CHECK(Spread(values).distance() == 0);
 }
