@@ -1,28 +1,14 @@
 #include "dp/secure_noise.h"
 
-#include <sys/random.h>
+#include <span>
 
-#include <cerrno>
-#include <cstring>
-#include <string>
-
-#include "runtime/core/error.h"
+#include "runtime/core/os_random.h"
 
 namespace dpg::dp {
 
 NoiseKey NoiseKey::from_os() {
   NoiseKey k;
-  std::size_t got = 0;
-  for (int tries = 0; got < k.bytes.size() && tries < 100; ++tries) {
-    const ssize_t n = ::getrandom(k.bytes.data() + got, k.bytes.size() - got, 0);
-    if (n > 0) {
-      got += static_cast<std::size_t>(n);
-    } else if (n < 0 && errno != EINTR) {
-      fail(Code::unavailable, std::string("secure noise: getrandom(2) failed: ") +
-                                  std::strerror(errno));
-    }
-  }
-  if (got < k.bytes.size()) fail(Code::unavailable, "secure noise: getrandom(2) gave too few bytes");
+  os_random(std::as_writable_bytes(std::span(k.bytes)), "secure noise");
   return k;
 }
 

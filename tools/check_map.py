@@ -14,6 +14,8 @@ walkthrough: docs/ARCHITECTURE.md's walk-through of adding an algorithm quotes t
           table's line (runtime/train/algorithm.cc) as it is, and names the file of its factory.
 config:   docs/TRAINING.md's table of config fields has one row per field of the config table
           (runtime/core/train_config.cc) and no other, each with TrainConfig's default.
+entropy:  no C++ source draws from std::random_device (libstdc++'s reads the CPU's RDRAND, not
+          the OS): secrets and unique ids come from runtime/core/os_random.h (getrandom(2)).
 
 Exit status 0 when every check holds, 1 with one line per violation (file:line: what) otherwise,
 2 for a usage error. Python 3 standard library only; meson runs it as the test `map`.
@@ -535,6 +537,22 @@ def check_wire(root):
     return problems, []
 
 
+ENTROPY_RE = re.compile(r"\brandom_device\b")
+
+
+def check_entropy(root):
+    """Returns (violations, notes): code (not comments) that uses std::random_device."""
+    problems = []
+    for path in sources(root):
+        with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, 1):
+                if ENTROPY_RE.search(line.split("//", 1)[0]):
+                    problems.append(f"{path}:{number}: std::random_device may read the CPU's "
+                                    "RDRAND rather than the OS: draw secrets and unique ids "
+                                    "through os_random (runtime/core/os_random.h, getrandom(2))")
+    return problems, []
+
+
 CHECKS = {
     "includes": check_includes,
     "wire": check_wire,
@@ -542,6 +560,7 @@ CHECKS = {
     "algos": check_algos,
     "config": check_config_table,
     "walkthrough": check_walkthrough,
+    "entropy": check_entropy,
 }
 
 

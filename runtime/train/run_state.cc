@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "runtime/core/error.h"
+#include "runtime/core/os_random.h"
 
 namespace dpg::train {
 namespace {
@@ -14,8 +14,7 @@ std::string show(const Json& v) { return v.is_null() ? "(none)" : shorten(v.dump
 }  // namespace
 
 std::uint64_t secret_seed() {
-  std::random_device device;  // getrandom(2) on Linux
-  return (static_cast<std::uint64_t>(device()) << 32) ^ device() ^ 1;
+  return os_random_u64("the secret noise seed") | 1;
 }
 
 model::MlpSpec spec_for(const TrainConfig& c, const data::Dataset& d) {

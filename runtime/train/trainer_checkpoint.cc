@@ -19,12 +19,12 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <random>
 #include <string_view>
 
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
 #include "runtime/core/log.h"
+#include "runtime/core/os_random.h"
 #include "runtime/train/run_state.h"
 #include "runtime/train/trainer.h"
 
@@ -247,9 +247,10 @@ void Trainer::settle_run_id() {
   // A new run: rank 0 draws its id (not a secret; unique, so no other run's files match).
   std::string id(kIdBytes, '0');
   if (rank() == 0) {
-    std::random_device rd;
     static constexpr char kHex[] = "0123456789abcdef";
-    for (char& ch : id) ch = kHex[rd() % 16];
+    std::vector<std::byte> draw(id.size());
+    os_random(draw, "the run id");
+    for (std::size_t i = 0; i < id.size(); ++i) id[i] = kHex[static_cast<unsigned>(draw[i]) % 16];
   }
   if (in_.comm) in_.comm->broadcast(public_value(std::as_writable_bytes(std::span<char>(id))), 0);
   run_id_ = id;

@@ -127,8 +127,12 @@ CASES = [
                           "| `lr` | `0.1` | rate |\n| `algo` | `all-reduce` | which |\n"
                           "| `trace` | `\"\"` | file |\n| `hidden` | `[256, 10]` | widths |\n"},
      "docs/TRAINING.md:3: `lr`'s default is `0.1` here and 1.0", "config"),
+    ("a seed from std::random_device",
+     {"dp/clip.cc": "// std::random_device is named in a comment: fine\n"
+                    "unsigned seed() {\n  std::random_device rd;\n  return rd();\n}\n"},
+     "dp/clip.cc:3: std::random_device may read the CPU's RDRAND", "entropy"),
 ]
-CHECKS = "includes,wire,meson,algos,config,walkthrough"
+CHECKS = "includes,wire,meson,algos,config,walkthrough,entropy"
 
 
 def run(checker, root, only):

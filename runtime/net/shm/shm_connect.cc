@@ -22,13 +22,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "runtime/core/hash.h"
 #include "runtime/core/log.h"
+#include "runtime/core/os_random.h"
 #include "runtime/net/shm/shm_impl.h"
 #include "runtime/net/shm/shm_socket.h"
 
@@ -343,8 +343,7 @@ void ShmTransport::Impl::connect_pairs(const HostsFile& hosts, const std::vector
   doorbell = Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (doorbell.fd < 0) fail(Code::unavailable, prefix() + "eventfd: " + errno_text(errno));
   Setup s{*this, hosts, Clock::now() + options.connect_timeout, boot_id(), 0, {}};
-  std::random_device rd;
-  s.probe = (uint64_t{rd()} << 32) | rd();
+  s.probe = os_random_u64("shared memory's probe");
   Fd listener;
   const std::string my_name = socket_name(hosts.peers[rank]);
   if (!to_accept.empty()) {

@@ -1,10 +1,12 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <vector>
 
+#include "runtime/core/os_random.h"
 #include "runtime/core/rng.h"
 
 TEST_CASE("rng: same seed and stream give the same sequence, other streams differ") {
@@ -66,4 +68,16 @@ TEST_CASE("rng: shuffle is a permutation") {
   std::sort(sorted.begin(), sorted.end());
   for (int i = 0; i < 1000; ++i) CHECK(sorted[i] == i);
   CHECK(v != sorted);
+}
+
+TEST_CASE("os_random: fills every byte from the OS, and two draws differ") {
+  // 64 bytes left zero by a draw that wrote nothing would all be 0; the chance that a real draw
+  // is all zero, or repeats, is 2^-512.
+  std::array<std::byte, 64> a{}, b{};
+  dpg::os_random(a, "a test draw");
+  dpg::os_random(b, "a test draw");
+  CHECK(a != b);
+  CHECK(std::any_of(a.begin(), a.end(), [](std::byte v) { return v != std::byte{0}; }));
+  CHECK(dpg::os_random_u64("a test seed") != dpg::os_random_u64("a test seed"));
+  dpg::os_random(std::span<std::byte>(), "nothing");  // an empty draw is fine
 }
