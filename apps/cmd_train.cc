@@ -322,11 +322,14 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
          "train: --balance and --balance-every are not for a resumed run: it would measure other "
          "speeds, and so give the peers other rows than their checkpoints were written for");
   }
-  if (c.balance_every > 0) {  // refused before anything is measured
-    if (!data::prepared_whole(c.data)) {
-      fail(Code::invalid_argument, "train: --balance-every: " + c.data + " holds a shard per "
-                                   "peer, whose rows stay with their peer (prepare it whole)");
-    }
+  if (c.balance_every > 0 && !data::prepared_whole(c.data) && c.secure_aggregation) {
+    fail(Code::invalid_argument,
+         "train: --balance-every over " + c.data + " (a shard per peer) changes the peers' "
+         "sampling rates mid-run, and secure aggregation's grid and Skellam noise are sized for "
+         "the rates at the start: prepare the folder whole, or balance at the start only "
+         "(--balance speed)");
+  }
+  if (c.balance_every > 0 && data::prepared_whole(c.data)) {  // refused before anything is measured
     if (parse_device(c.device).cuda) {
       fail(Code::invalid_argument, "train: --balance-every: the rows of --device cuda stay on "
                                    "the GPU they were loaded to (balance at the start only)");
@@ -336,6 +339,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
     set_activity("measuring this peer's speed for --balance speed");
     balanced = balance_peers(*comm, c, in.data, slowdown);
     in.peer_share = balanced->shares;
+    in.rate_cap = balanced->rate_cap;
     set_activity("training");
   }
   if (balanced && c.balance_every > 0) {
@@ -343,11 +347,19 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
     data::Dataset shape;
     shape.cols = in.data.train.cols;
     shape.num_classes = in.data.train.num_classes;
-    in.hooks.rebalance = [&c, &slowdown, &balanced, comm, shape](
-                             int epoch, long long step) -> std::optional<data::Dataset> {
-      if ((epoch - 1) % c.balance_every != 0) return std::nullopt;
-      return rebalance_rows(*comm, c, slowdown, epoch, step, shape, *balanced);
-    };
+    if (balanced->moved) {
+      in.hooks.rebalance = [&c, &slowdown, &balanced, comm, shape](
+                               int epoch, long long step) -> std::optional<data::Dataset> {
+        if ((epoch - 1) % c.balance_every != 0) return std::nullopt;
+        return rebalance_rows(*comm, c, slowdown, epoch, step, shape, *balanced);
+      };
+    } else {
+      in.hooks.rerate = [&c, &slowdown, &balanced, comm, shape](
+                            int epoch, long long step) -> std::optional<std::vector<double>> {
+        if ((epoch - 1) % c.balance_every != 0) return std::nullopt;
+        return rerate_peers(*comm, c, slowdown, epoch, step, shape, *balanced);
+      };
+    }
   }
   in.comm = comm;
   in.phases = std::move(phases);

@@ -247,12 +247,14 @@ Json Balanced::to_json() const {
   return j;
 }
 
-data::Dataset rebalance_rows(collective::Communicator& comm, const TrainConfig& c,
-                             const std::vector<train::Slowdown>& slowdown, int epoch,
-                             long long step, const data::Dataset& shape, Balanced& b) {
+namespace {
+
+// Every peer's speed at the start of the epoch whose first step is `step`, each slowed by its
+// --slowdown factor there; `shape` gives the rows' inputs and classes.
+std::vector<double> speeds_at(collective::Communicator& comm, const TrainConfig& c,
+                              const std::vector<train::Slowdown>& slowdown, long long step,
+                              const data::Dataset& shape, std::size_t total) {
   const int me = comm.rank(), world = comm.world();
-  std::size_t total = 0;
-  for (std::size_t r : b.rows) total += r;
   // The factor this peer has at `step` (one epoch is total / batch_size steps).
   const train::Straggler schedule(slowdown, me, static_cast<double>(total) / c.batch_size);
   const double factor = schedule.factor_at(step);
@@ -261,7 +263,51 @@ data::Dataset rebalance_rows(collective::Communicator& comm, const TrainConfig& 
       std::clamp(std::round(c.batch_size / world), 1.0, 65536.0));
   data::Prepared probe_shape;
   probe_shape.train = shape;
-  b.speeds = train::all_speeds(comm, measure_alone(comm, c, probe_shape, calibration, now));
+  return train::all_speeds(comm, measure_alone(comm, c, probe_shape, calibration, now));
+}
+
+std::size_t total_of(const std::vector<std::size_t>& rows) {
+  std::size_t total = 0;
+  for (std::size_t r : rows) total += r;
+  return total;
+}
+
+}  // namespace
+
+std::vector<double> rerate_peers(collective::Communicator& comm, const TrainConfig& c,
+                                 const std::vector<train::Slowdown>& slowdown, int epoch,
+                                 long long step, const data::Dataset& shape, Balanced& b) {
+  const int world = comm.world();
+  b.speeds = speeds_at(comm, c, slowdown, step, shape, total_of(b.rows));
+  const std::vector<double> rows(b.rows.begin(), b.rows.end());
+  b.shares = train::cap_shares(train::shares_of(b.speeds), rows, c.batch_size, b.rate_cap);
+  std::vector<double> rates;
+  for (int j = 0; j < world; ++j) {
+    const auto k = static_cast<std::size_t>(j);
+    rates.push_back(std::min(b.rate_cap, c.batch_size * b.shares[k] / rows[k]));
+  }
+  b.later.push_back(Json{{"epoch", epoch}, {"speeds", b.speeds}, {"shares", b.shares},
+                         {"peer_q", rates}});
+  if (comm.rank() == 0) {
+    std::string s;
+    for (int j = 0; j < world; ++j) {
+      const auto k = static_cast<std::size_t>(j);
+      s += (j ? "; " : "") + std::string("rank ") + std::to_string(j) + " " +
+           fixed_text(b.speeds[k], 0) + " examples/s, share " + fixed_text(b.shares[k], 3) +
+           ", rate " + fixed_text(rates[k], 5);
+    }
+    DPG_INFO("balance at epoch " << epoch << " (rates, rows in place, capped at "
+                                 << fixed_text(b.rate_cap, 5) << "): " << s);
+  }
+  return rates;
+}
+
+data::Dataset rebalance_rows(collective::Communicator& comm, const TrainConfig& c,
+                             const std::vector<train::Slowdown>& slowdown, int epoch,
+                             long long step, const data::Dataset& shape, Balanced& b) {
+  const int me = comm.rank(), world = comm.world();
+  const std::size_t total = total_of(b.rows);
+  b.speeds = speeds_at(comm, c, slowdown, step, shape, total);
   b.shares = train::shares_of(b.speeds);
   b.rows = train::row_counts(total, b.shares);
   for (int j = 0; j < world; ++j) {
@@ -306,6 +352,12 @@ Balanced balance_peers(collective::Communicator& comm, const TrainConfig& c,
     }
   } else {
     for (double r : held) b.rows.push_back(static_cast<std::size_t>(r));
+    if (c.balance_every > 0) {
+      // The rates will change at later epochs: each stays under a cap the noise is calibrated
+      // for, from the start on (a multiple of the global rate, at most 1).
+      b.rate_cap = std::min(1.0, c.balance_rate_cap * c.batch_size / total);
+      b.shares = train::cap_shares(b.shares, held, c.batch_size, b.rate_cap);
+    }
   }
   if (me == 0) {
     std::string s;

@@ -85,7 +85,11 @@ struct Balanced {
   std::vector<double> shares;      // of the batch: what the privacy plan gets
   std::vector<std::size_t> rows;   // each peer's training rows after the balance
   bool moved = false;              // re-sharded (true) or rates changed (false)
-  Json later = Json::array();      // each re-balance of --balance-every: epoch, speeds, rows
+  // Rates changed under --balance-every: the highest rate a peer may be given (the plan's
+  // rate_cap); 0 otherwise.
+  double rate_cap = 0;
+  // Each re-balance of --balance-every: epoch, speeds, and the rows (moved) or shares and rates.
+  Json later = Json::array();
   Json to_json() const;
 };
 Balanced balance_peers(collective::Communicator& comm, const TrainConfig& c,
@@ -97,5 +101,10 @@ Balanced balance_peers(collective::Communicator& comm, const TrainConfig& c,
 data::Dataset rebalance_rows(collective::Communicator& comm, const TrainConfig& c,
                              const std::vector<train::Slowdown>& slowdown, int epoch,
                              long long step, const data::Dataset& shape, Balanced& b);
+// The same over rows that stay with their peers: the speeds again, the shares capped at
+// b.rate_cap (train::cap_shares), and every peer's new sampling rate returned, in rank order.
+std::vector<double> rerate_peers(collective::Communicator& comm, const TrainConfig& c,
+                                 const std::vector<train::Slowdown>& slowdown, int epoch,
+                                 long long step, const data::Dataset& shape, Balanced& b);
 
 }  // namespace dpg::app

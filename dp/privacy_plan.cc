@@ -143,6 +143,16 @@ PrivacyPlan plan_privacy(const PlanInputs& in) {
   }
   p.worst_peer = static_cast<int>(std::max_element(p.peer_q.begin(), p.peer_q.end()) -
                                   p.peer_q.begin());
+  if (in.rate_cap != 0) {
+    require(std::isfinite(in.rate_cap) && in.rate_cap > 0 && in.rate_cap <= 1,
+            "rate_cap must be a sampling rate in (0, 1]");
+    require(!in.secure_aggregation, "secure aggregation keeps its rates (no rate_cap)");
+    require(p.accountant_q() <= in.rate_cap * (1 + 1e-12),
+            "peer " + std::to_string(p.worst_peer) + "'s rate " +
+                std::to_string(p.accountant_q()) + " passes the rate cap " +
+                std::to_string(in.rate_cap));
+    p.rate_cap = in.rate_cap;
+  }
   const bool local = in.release == Release::own || !in.distributed_noise || in.target_messages;
   p.target = in.target_messages ? "messages" : "model";
   p.noise_mode = local ? "local" : "distributed";
@@ -150,7 +160,7 @@ PrivacyPlan plan_privacy(const PlanInputs& in) {
   require(in.delta > 0 && in.delta < 1, "delta must be in (0, 1)");
   p.sigma = in.noise_multiplier > 0
                 ? in.noise_multiplier
-                : calibrate_noise_multiplier(p.accountant_q(), p.steps, in.delta,
+                : calibrate_noise_multiplier(p.calibration_q(), p.steps, in.delta,
                                              in.target_epsilon, in.accountant);
   const double root_n = std::sqrt(n);
   if (in.secure_aggregation) {
@@ -185,7 +195,7 @@ PrivacyPlan plan_with_multiplier_from(const PlanInputs& in, double sigma, const 
   PlanInputs given = in;
   given.noise_multiplier = sigma;
   PrivacyPlan p = plan_privacy(given);
-  const double eps = epsilon_for(p.accountant_q(), sigma, p.steps, in.delta, in.accountant).epsilon;
+  const double eps = epsilon_for(p.calibration_q(), sigma, p.steps, in.delta, in.accountant).epsilon;
   if (!(eps <= in.target_epsilon)) {
     fail(Code::failed_precondition,
          from + "'s noise multiplier " + std::to_string(sigma) + " gives epsilon " +
@@ -229,8 +239,20 @@ void PrivacyPlan::charge(Accountant& model, Accountant& messages, long long step
     messages.step_skellam(accountant_q(), secagg.mu * (n - 1.0) / n, secagg.l1, secagg.l2, steps);
     return;
   }
-  model.step(accountant_q(), model_sigma, steps);
-  messages.step(accountant_q(), message_sigma, steps);
+  charge_at(accountant_q(), model, messages, steps);
+}
+
+void PrivacyPlan::charge_at(double q, Accountant& model, Accountant& messages,
+                            long long steps) const {
+  if (!dp) return;
+  if (secure_aggregation || !(q > 0 && q <= calibration_q() * (1 + 1e-12))) {
+    fail(Code::internal, "privacy plan: a charge at rate " + std::to_string(q) +
+                             (secure_aggregation ? " under secure aggregation"
+                                                 : ", past the rate calibrated for, " +
+                                                       std::to_string(calibration_q())));
+  }
+  model.step(q, model_sigma, steps);
+  messages.step(q, message_sigma, steps);
 }
 
 std::vector<double> PrivacyPlan::peer_epsilons_after(long long t) const {

@@ -7,6 +7,7 @@
 // Pure: no I/O, no threads, no transport. Bad arguments throw dpg::Error(invalid_argument).
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,11 @@ struct PlanInputs {
   // rate for every peer under a summed release and batch_size / N each under an own release.
   // Shares proportional to the shards give every peer the global rate under either release.
   std::vector<double> peer_share;
+  // The highest rate a peer may be given during the run (0: the rates above hold throughout): a
+  // balancer that changes the rates at epoch starts, over shards that stay with their peers.
+  // Sigma is calibrated for it, so a run whose every rate stays at or below it, charged at its
+  // highest rate of each step (PrivacyPlan::charge), never passes the target.
+  double rate_cap = 0;
   double epochs = 1;
   double noise_multiplier = 0;       // given sigma; 0 = calibrate to target_epsilon
   double target_epsilon = 0;
@@ -93,7 +99,8 @@ struct PrivacyPlan {
   int peers = 1;
   double q = 0;                      // batch_size / all examples: an epoch is 1 / q steps
   long long steps = 0;               // steps every peer takes
-  std::vector<double> peer_q;        // each peer's sampling rate
+  std::vector<double> peer_q;        // each peer's sampling rate (at the start, with a rate_cap)
+  double rate_cap = 0;               // PlanInputs::rate_cap (0: none)
   std::vector<double> peer_batch;    // each peer's mechanism denominator (public expected batch)
   double sigma = 0;                  // the calibrated (or given) multiplier the mode is named for
   double peer_sigma = 0;             // what each peer adds to its own clipped sum
@@ -121,6 +128,8 @@ struct PrivacyPlan {
   // The account every peer steps once per step for the model: the worst peer's rate and the
   // model's multiplier, of the plan's kind; its spent() equals model_after(steps()).
   double accountant_q() const { return peer_q[static_cast<std::size_t>(worst_peer)]; }
+  // The rate sigma is calibrated for: the rate cap where there is one, else accountant_q().
+  double calibration_q() const { return std::max(rate_cap, accountant_q()); }
   // A new, empty account of the plan's mechanism: the Gaussian of the plan's kind, or under secure
   // aggregation the Skellam (so that a saved account re-evaluates to what the run reported).
   Accountant new_account() const;
@@ -128,6 +137,10 @@ struct PrivacyPlan {
   // model against one other peer, as peers_after). Afterwards model.spent(delta) equals
   // model_after(model.steps()) and messages.spent(delta) messages_after(messages.steps()).
   void charge(Accountant& model, Accountant& messages, long long steps = 1) const;
+  // The same at rate q, the highest any peer has in these steps (a balancer changed the rates;
+  // at most calibration_q(), else internal): an account at the highest rate bounds every
+  // peer's, since the subsampled mechanism's privacy loss grows with the rate.
+  void charge_at(double q, Accountant& model, Accountant& messages, long long steps = 1) const;
 };
 
 PrivacyPlan plan_privacy(const PlanInputs& in);

@@ -287,6 +287,10 @@ using C = TrainConfig;
 
 // Every field, once. Adding one: a member in TrainConfig and a line here.
 std::vector<ConfigField> make_table() {
+  // The algorithms the load balancer serves (every one of several peers).
+  const std::vector<Algo> balanced = {Algo::allreduce, Algo::gossip,    Algo::ps_sync,
+                                      Algo::ps_async,  Algo::local_sgd, Algo::ad_psgd,
+                                      Algo::partial_allreduce};
   return {
       field(&C::algo, "algo", "--algo",
             "single (one process), allreduce (data-parallel over the hosts file), gossip "
@@ -357,7 +361,7 @@ std::vector<ConfigField> make_table() {
       field(&C::init, "init", "--init",
             "gossip: same (rank 0's model everywhere) or independent (seed + rank)"),
       field(&C::metrics_every, "metrics_every", "--metrics-every",
-            "gossip: consensus distance every K steps (0: off)", between(0, 1e9)),
+            "consensus distance every K steps where the peers' models differ (0: off)", between(0, 1e9)),
       field(&C::metrics_eval_rows, "metrics_eval_rows", "--metrics-eval-rows",
             "gossip: test rows each K-step metrics line evaluates the models on (0: none)",
             between(0, 1e9)),
@@ -390,15 +394,19 @@ std::vector<ConfigField> make_table() {
             "off, or speed: each peer's share of the batch proportional to its speed on public "
             "work, measured at the start (a folder prepared whole is re-sharded, so every peer "
             "keeps the global sampling rate; with a shard per peer its rate changes)")
-          .only_with({Algo::allreduce, Algo::gossip, Algo::ps_sync, Algo::ps_async,
-                      Algo::local_sgd, Algo::ad_psgd, Algo::partial_allreduce}),
+          .only_with(balanced),
       field(&C::balance_every, "balance_every", "--balance-every",
-            "K > 0: balance by speed (as balance speed) and measure the peers again and "
-            "re-shard the rows every K epochs, from a folder prepared whole (0: balance speed "
-            "measures at the start only)",
+            "K > 0: balance by speed (as balance speed) and measure the peers again every K "
+            "epochs: a folder prepared whole is re-sharded, with a shard per peer each peer's "
+            "rate changes, up to balance_rate_cap (0: balance speed measures at the start only)",
             between(0, 1000000))
-          .only_with({Algo::allreduce, Algo::gossip, Algo::ps_sync, Algo::ps_async,
-                      Algo::local_sgd, Algo::ad_psgd, Algo::partial_allreduce}),
+          .only_with(balanced),
+      field(&C::balance_rate_cap, "balance_rate_cap", "--balance-rate-cap",
+            "balance_every over a shard per peer: the highest sampling rate a peer may be "
+            "given, as a multiple of the global rate batch_size / all rows; the noise is "
+            "calibrated for it, so that no peer's epsilon passes the target",
+            between(1, 1000))
+          .only_with(balanced),
       field(&C::timeout_s, "timeout_s", "--timeout-s", "timeout of every network wait, in seconds",
             positive_up_to(1e6))
           .control(),

@@ -223,6 +223,9 @@ struct TrainConfig {
   Balance balance = Balance::off;
   // K > 0: balance by speed, measuring and re-sharding every K epochs (0: balance alone says).
   int balance_every = 0;
+  // balance_every over a shard per peer: a peer's rate stays at most this times the global rate,
+  // and the noise is calibrated for that rate.
+  double balance_rate_cap = 2;
   std::string trace;           // Chrome trace file to write ("" = none)
   // Checkpoints (docs/RELIABILITY.md). Each peer writes its own, under checkpoint_dir/rank-R.
   std::string checkpoint_dir;        // "" = none

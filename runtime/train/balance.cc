@@ -84,6 +84,43 @@ std::vector<double> shares_of(const std::vector<double>& speeds, double floor) {
   return shares;
 }
 
+std::vector<double> cap_shares(std::vector<double> shares, const std::vector<double>& rows,
+                               double batch, double cap) {
+  const std::size_t n = shares.size();
+  if (n == 0 || rows.size() != n) fail(Code::invalid_argument, "cap_shares: a share per peer");
+  double room = 0;
+  for (double r : rows) room += cap * r;
+  if (!(room >= batch * (1 - 1e-12))) {
+    fail(Code::invalid_argument, "cap_shares: at the rate cap " + std::to_string(cap) +
+                                     " the peers' rows hold " + std::to_string(room) +
+                                     " expected examples, under the batch of " +
+                                     std::to_string(batch));
+  }
+  // Water-filling: fix the peers whose share passes their cap at the cap, and spread what the
+  // others must take in proportion to their shares; at most n rounds (one peer fixed in each).
+  std::vector<bool> fixed(n, false);
+  for (std::size_t round = 0; round <= n; ++round) {
+    double free_total = 0, left = 1;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (fixed[j]) left -= cap * rows[j] / batch;
+      else free_total += shares[j];
+    }
+    bool changed = false;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (fixed[j]) continue;
+      shares[j] = free_total > 0 ? shares[j] * left / free_total : 0;
+      if (shares[j] * batch > cap * rows[j] * (1 + 1e-12)) {
+        fixed[j] = changed = true;
+      }
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      if (fixed[j]) shares[j] = cap * rows[j] / batch;
+    }
+    if (!changed) break;
+  }
+  return shares;
+}
+
 std::vector<std::size_t> row_counts(std::size_t total, const std::vector<double>& shares) {
   const std::size_t n = shares.size();
   if (n == 0 || total < n) fail(Code::invalid_argument, "row_counts: fewer rows than peers");

@@ -40,6 +40,14 @@ std::vector<double> all_speeds(collective::Communicator& comm, double mine);
 // nearly stopped keeps some work), summing to 1.
 std::vector<double> shares_of(const std::vector<double>& speeds, double floor = 0.05);
 
+// `shares` moved so that no peer's sampling rate, batch x share_j / rows[j], passes `cap` (the
+// rate the privacy plan was calibrated for): what a capped peer cannot take goes to the others in
+// proportion to their shares, as long as some peer is under the cap. Throws invalid_argument when
+// the cap cannot hold the batch (cap x the rows < batch). Shares within the cap come back as they
+// were.
+std::vector<double> cap_shares(std::vector<double> shares, const std::vector<double>& rows,
+                               double batch, double cap);
+
 // `total` rows split by `shares` (largest remainders; each peer at least one row).
 std::vector<std::size_t> row_counts(std::size_t total, const std::vector<double>& shares);
 

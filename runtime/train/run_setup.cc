@@ -211,6 +211,7 @@ dp::PrivacyPlan plan_run(const RunInputs& in) {
   p.shard_rows = rows;
   p.batch_size = c.batch_size;
   p.peer_share = in.peer_share;
+  p.rate_cap = in.rate_cap;
   p.epochs = c.epochs;
   p.noise_multiplier = c.noise_multiplier;
   p.target_epsilon = c.target_epsilon;

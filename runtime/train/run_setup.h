@@ -59,6 +59,16 @@ struct RunHooks {
   // peer's new training rows from a load balancer (--balance-every), or nothing to keep them.
   // The rows' sampling rate and the mechanism's denominator stay the plan's.
   std::function<std::optional<data::Dataset>(int epoch, long long step)> rebalance;
+  // Collective, at the same epoch starts, for rows that stay with their peers: every peer's new
+  // sampling rate (the same vector on every peer, each at most RunInputs::rate_cap), or nothing
+  // to keep them. The mechanism's denominator stays the plan's.
+  std::function<std::optional<std::vector<double>>(int epoch, long long step)> rerate;
+};
+
+// Every peer's sampling rate (rank order) from step `from` on.
+struct RatesFrom {
+  long long from = 0;
+  std::vector<double> peer_q;
 };
 
 // Everything a run is built from. The communicator (null for one process) and the tracer (null
@@ -77,6 +87,8 @@ struct RunInputs {
   std::vector<Slowdown> slowdown;
   // Each peer's share of the batch from --balance speed (balance.h), in rank order; empty: even.
   std::vector<double> peer_share;
+  // The highest sampling rate hooks.rerate may give a peer (PlanInputs::rate_cap); 0: none.
+  double rate_cap = 0;
   Backends backends;
   RunHooks hooks;
 };

@@ -46,6 +46,7 @@ RunState::RunState(const TrainConfig& c, const data::Dataset& train, const dp::P
       sgd(model.num_params(), {.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}),
       accountant(plan.new_account()),
       message_accountant(plan.new_account()) {
+  rates.push_back({0, plan.peer_q});
   const double q = plan.peer_q[static_cast<std::size_t>(rank)];
   const Rng rng(noise_seed, stream_for(stream::kSampler, static_cast<std::uint64_t>(rank)));
   if (c.sampling == Sampling::poisson) {

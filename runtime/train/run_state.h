@@ -24,6 +24,7 @@
 #include "runtime/train/gradient.h"
 #include "runtime/train/optimizer.h"
 #include "runtime/train/report.h"
+#include "runtime/train/run_setup.h"
 #include "runtime/train/sampler.h"
 #include "runtime/train/straggler.h"
 
@@ -82,6 +83,9 @@ struct RunState {
   } float_route;
   std::chrono::steady_clock::time_point start;
   std::optional<Straggler> straggler;  // with --slowdown entries for this peer
+  // Every peer's sampling rate now (the plan's, until a balancer changes them: RunHooks::rerate),
+  // and from which step each set of rates held, for each peer's own account at the end.
+  std::vector<RatesFrom> rates;
 };
 
 // Where a run stands at a step boundary, besides the state above.

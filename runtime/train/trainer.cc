@@ -112,6 +112,21 @@ ConsensusReport Trainer::consensus(RunState& s, long long round, bool eval) cons
   return r;
 }
 
+std::vector<double> Trainer::peer_epsilons_of(const std::vector<RatesFrom>& rates,
+                                              long long t) const {
+  // Each peer's own history of (rate, the model's multiplier, steps), composed afresh.
+  std::vector<double> out;
+  for (std::size_t j = 0; j < static_cast<std::size_t>(world()); ++j) {
+    dp::Accountant account = plan_.new_account();
+    for (std::size_t k = 0; k < rates.size(); ++k) {
+      const long long end = k + 1 < rates.size() ? std::min(t, rates[k + 1].from) : t;
+      if (end > rates[k].from) account.step(rates[k].peer_q[j], plan_.model_sigma, end - rates[k].from);
+    }
+    out.push_back(account.spent(plan_.delta).epsilon);
+  }
+  return out;
+}
+
 Trainer::Spent Trainer::spent(const RunState& s, long long t) const {
   if (!plan_.dp) return {plan_.model_after(t), plan_.messages_after(t).epsilon};
   return {s.accountant.spent(in_.config.delta), s.message_accountant.spent(in_.config.delta).epsilon};
@@ -266,7 +281,26 @@ void Trainer::report_consensus(Loop& loop, long long round) {
 void Trainer::take_rows(RunState& s, data::Dataset rows) {
   if (s.device) fail(Code::failed_precondition, "train: rows cannot move to a GPU mid-run");
   in_.data.train = std::move(rows);
-  const double q = plan_.peer_q[static_cast<std::size_t>(rank())];
+  resample(s);
+}
+
+void Trainer::take_rates(RunState& s, std::vector<double> rates, long long step) {
+  if (static_cast<int>(rates.size()) != world()) {
+    fail(Code::internal, "train: a rate per peer, not " + std::to_string(rates.size()));
+  }
+  for (double q : rates) {
+    if (!(q > 0 && q <= plan_.calibration_q() * (1 + 1e-12))) {
+      fail(Code::internal, "train: a balancer's rate " + std::to_string(q) +
+                               " is past the rate the noise was calibrated for, " +
+                               std::to_string(plan_.calibration_q()));
+    }
+  }
+  s.rates.push_back({step, std::move(rates)});
+  resample(s);
+}
+
+void Trainer::resample(RunState& s) {
+  const double q = s.rates.back().peer_q[static_cast<std::size_t>(rank())];
   const std::size_t n = in_.data.train.rows;
   // The sampler goes on with its generator where it was: later batches stay independent.
   if (s.poisson) {
@@ -281,9 +315,16 @@ bool Trainer::run_epoch(Loop& loop, int epoch) {
   RunState& s = *state_;
   Progress& p = loop.p;
   const long long end = epoch_end(epoch);
-  if (in_.hooks.rebalance && epoch > 1 && p.step == epoch_end(epoch - 1) && p.step < end) {
-    if (std::optional<data::Dataset> rows = in_.hooks.rebalance(epoch, p.step)) {
-      take_rows(s, std::move(*rows));
+  if (epoch > 1 && p.step == epoch_end(epoch - 1) && p.step < end) {
+    if (in_.hooks.rebalance) {
+      if (std::optional<data::Dataset> rows = in_.hooks.rebalance(epoch, p.step)) {
+        take_rows(s, std::move(*rows));
+      }
+    }
+    if (in_.hooks.rerate) {
+      if (std::optional<std::vector<double>> rates = in_.hooks.rerate(epoch, p.step)) {
+        take_rates(s, std::move(*rates), p.step);
+      }
     }
   }
   const auto epoch_start = Clock::now();
@@ -378,7 +419,8 @@ TrainSummary Trainer::finish(Loop& loop) {
                                            {"overflow_bound", plan_.secagg.overflow_bound}};
   }
   if (plan_.release == dp::Release::own && world() > 1) {
-    summary.peer_epsilons = plan_.peer_epsilons_after(taken);
+    summary.peer_epsilons = s.rates.size() > 1 ? peer_epsilons_of(s.rates, taken)
+                                                : plan_.peer_epsilons_after(taken);
   }
   s.algorithm->annotate(summary.extra, p.step, true);
   summary.samples_per_second = throughput(static_cast<double>(p.samples), p.train_seconds);

@@ -101,6 +101,14 @@ class Trainer {
   // This peer's training rows from now on (a rebalance): the data and the sampler over it, at
   // the plan's rate; the sampler's generator goes on.
   void take_rows(RunState& s, data::Dataset rows);
+  // Every peer's sampling rate from `step` on (a balancer over rows that stay: RunHooks::rerate):
+  // this peer's sampler goes on at its new rate, and the run's accounts are charged from then on
+  // at the highest.
+  void take_rates(RunState& s, std::vector<double> rates, long long step);
+  // This peer's sampler over its rows at its current rate, its generator going on.
+  void resample(RunState& s);
+  // Each peer's epsilon for its data in the model after `t` steps, from the rates it had.
+  std::vector<double> peer_epsilons_of(const std::vector<RatesFrom>& rates, long long t) const;
   // --slowdown: pauses as long as the emulated slow peer's extra compute for step t, whose
   // gradient was computed from `worked_from` to now (straggler.h).
   void stretch(RunState& s, long long t, std::chrono::steady_clock::time_point worked_from) const;

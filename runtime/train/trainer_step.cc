@@ -153,8 +153,13 @@ void Trainer::step(RunState& s, long long t, EpochTotals& totals, TrainSummary& 
     s.algorithm->apply(t, mine, s.model.params(), s.sgd);
     if (s.ema) s.ema->update(s.model.params());
   }
-  // Account.
-  plan_.charge(s.accountant, s.message_accountant);
+  // Account: at the highest rate any peer has now.
+  if (s.rates.size() > 1) {
+    const std::vector<double>& q = s.rates.back().peer_q;
+    plan_.charge_at(*std::max_element(q.begin(), q.end()), s.accountant, s.message_accountant);
+  } else {
+    plan_.charge(s.accountant, s.message_accountant);
+  }
 
   if (!std::isfinite(stats.loss_sum) && !c.dp) {
     fail(Code::aborted, "train: the loss became non-finite at step " + std::to_string(t) +

@@ -122,4 +122,25 @@ shares = s["balance"]["shares"]
 assert len(shares) == 2 and shares[1] < 0.5 * shares[0], shares  # asked 4x: about 0.2 / 0.8
 assert len(set(s["peer_q"])) == 1, s["peer_q"]
 ' "$work/bal.json"
+# Rows that stay with their peers (a shard each), measured again at every epoch: rank 1 becomes
+# 3x slower at epoch 1 and its rate drops from epoch 2 on; the noise is calibrated for the rate
+# cap (twice the global rate), each peer accounted from its own rates and the model at the
+# highest rate of each step, none past the target.
+"$bin" prepare --out "$work/shards" --peers 2 >/dev/null
+"$bin" launch --peers 2 -- train --data "$work/shards" --algo gossip --epochs 3 --threads 1 \
+  --metrics "" --balance-every 1 --slowdown 1:3@epoch:1 --json >"$work/rates.json" \
+  2>"$work/rates.err" || { cat "$work/rates.err"; echo "FAIL: rates run"; exit 1; }
+grep -q "balance at epoch 2 (rates, rows in place" "$work/rates.err"
+py '
+import json, sys
+s = json.loads([l.split("] ", 1)[-1] for l in open(sys.argv[1]) if "{" in l][-1])
+b = s["balance"]
+assert b["mode"] == "rates, rows in place" and [l["epoch"] for l in b["later"]] == [2, 3], b
+q = 4096 / 60000
+for l in b["later"]:
+    assert l["peer_q"][1] < 0.6 * l["peer_q"][0], l        # asked 3x slower
+    assert max(l["peer_q"]) <= 2 * q * (1 + 1e-9), l        # the cap
+e = s["peer_epsilons"]
+assert e[1] < e[0] and s["epsilon"] >= max(e) - 1e-9 and s["epsilon"] <= 3.0 + 1e-6, (s["epsilon"], e)
+' "$work/rates.json"
 echo "train integration: ok"

@@ -69,6 +69,7 @@ dpg::TrainConfig unusual() {
   c.hierarchical = true;  // of allreduce and local-sgd: unusual_valid() resets it
   c.balance = dpg::Balance::speed;
   c.balance_every = 2;
+  c.balance_rate_cap = 1.5;
   c.trace = "t.json";
   c.accountant = dpg::PrivacyAccountant::rdp;
   c.checkpoint_dir = "ck";
@@ -148,8 +149,8 @@ TEST_CASE("train config: a field of some algorithms is refused, not ignored, wit
       }
     }
   }
-  CHECK(seen == 8);  // servers, max_staleness, local_steps, group_size, bucket_bytes,
-                     // hierarchical, balance, balance_every
+  CHECK(seen == 9);  // servers, max_staleness, local_steps, group_size, bucket_bytes,
+                     // hierarchical, balance, balance_every, balance_rate_cap
 }
 
 TEST_CASE("train config: the defaults are the recipe's") {

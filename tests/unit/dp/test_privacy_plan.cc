@@ -245,6 +245,31 @@ TEST_CASE("another party's calibrated multiplier: the same plan when it meets th
   CHECK_THROWS_AS(dp::plan_with_multiplier_from(in, 1.0, "rank 0"), dpg::Error);
 }
 
+TEST_CASE("a rate cap: sigma calibrated for it, charges above it refused") {
+  for (dp::Release release : {dp::Release::summed, dp::Release::own}) {
+    dp::PlanInputs in = inputs(release, {15000, 15000, 15000, 15000});
+    const double q = 4096.0 / 60000;
+    in.rate_cap = 2 * q;
+    const auto p = dp::plan_privacy(in);
+    CHECK(p.calibration_q() == doctest::Approx(2 * q));
+    // The multiplier meets the target at the cap for every step, and is larger than without it.
+    dp::Accountant at_cap;
+    at_cap.step(2 * q, p.sigma, p.steps);
+    CHECK(at_cap.spent(in.delta).epsilon <= 3.0);
+    dp::PlanInputs plain = in;
+    plain.rate_cap = 0;
+    CHECK(p.sigma > dp::plan_privacy(plain).sigma);
+    // Charges at the cap are taken, above it refused.
+    dp::Accountant model = p.new_account(), messages = p.new_account();
+    p.charge_at(2 * q, model, messages, 3);
+    CHECK(model.steps() == 3);
+    CHECK_THROWS_AS(p.charge_at(2.01 * q, model, messages), dpg::Error);
+    // A start rate above the cap is refused, naming the peer.
+    in.peer_share = {0.7, 0.1, 0.1, 0.1};
+    CHECK_THROWS_WITH_AS(dp::plan_privacy(in), doctest::Contains("peer 0's rate"), dpg::Error);
+  }
+}
+
 TEST_CASE("balanced shares: each peer's rate from its share, its epsilon the accountant's") {
   // A load balancer's shares over uneven shards, with rows in place: peer j samples its rows at
   // batch * share_j / rows_j; the worst rate sets sigma; each peer's epsilon is an account of its

@@ -10,6 +10,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/data/dataset.h"
+#include "dp/accountant.h"
 #include "runtime/train/balance.h"
 #include "runtime/train/evaluate.h"
 #include "tests/unit/train/peers.h"
@@ -107,6 +108,77 @@ TEST_CASE("rows re-sharded at an epoch's start: the run goes on at the plan's ra
       CHECK(calls[static_cast<std::size_t>(r)] == std::vector<long long>{2000008, 3000015});
       CHECK(p.summary.test_accuracy > 0.5);
     }
+  }
+}
+
+TEST_CASE("shares capped at a rate: what a capped peer cannot take goes to the others") {
+  using dpg::train::cap_shares;
+  const std::vector<double> rows = {1000, 1000, 2000, 1000};
+  // Within the cap (rate batch x share / rows at most 0.3): unchanged.
+  const std::vector<double> even = {0.25, 0.25, 0.25, 0.25};
+  CHECK(cap_shares(even, rows, 1000, 0.3) == even);
+  // Peer 0 asks 0.7 (a rate of 0.7); capped at 0.3 of its 1000 rows, it keeps 0.3 and the rest
+  // goes to the others in proportion (0.1 : 0.1 : 0.1), which stay under their caps.
+  const auto capped = cap_shares({0.7, 0.1, 0.1, 0.1}, rows, 1000, 0.3);
+  CHECK(capped[0] == doctest::Approx(0.3));
+  for (int j = 1; j < 4; ++j) CHECK(capped[static_cast<std::size_t>(j)] == doctest::Approx(0.7 / 3));
+  // Spreading may push another peer over its cap: both are held there, the rest takes the rest.
+  const auto twice = cap_shares({0.5, 0.4, 0.05, 0.05}, rows, 1000, 0.3);
+  CHECK(twice[0] == doctest::Approx(0.3));
+  CHECK(twice[1] == doctest::Approx(0.3));
+  CHECK(twice[2] == doctest::Approx(0.2));
+  CHECK(twice[3] == doctest::Approx(0.2));
+  double sum = 0;
+  for (std::size_t j = 0; j < 4; ++j) {
+    sum += twice[j];
+    CHECK(1000 * twice[j] / rows[j] <= 0.3 + 1e-12);
+  }
+  CHECK(sum == doctest::Approx(1.0));
+  // A cap that cannot hold the batch (0.1 of 5000 rows < 1000) is refused.
+  CHECK_THROWS_AS(cap_shares(even, rows, 1000, 0.1), dpg::Error);
+}
+
+TEST_CASE("rates changed at an epoch's start: each peer's epsilon from its own rates") {
+  // Three peers of 400 rows each sampling at the global rate (160 / 1200), the noise calibrated
+  // for a cap of twice that. At the start of epoch 2 the hook gives rank 0 the cap and the others
+  // less: the run goes on, each peer's epsilon is the account of its own rates (recomputed here)
+  // and the model's, charged at the highest rate of each step, bounds them, within the target.
+  dpg::TrainConfig c = dpg::test::small_config(dpg::Algo::gossip);
+  c.noise_multiplier = 0;  // calibrated to the target, for the cap
+  c.target_epsilon = 3;
+  const double q = c.batch_size / 1200.0, cap = 2 * q;
+  const std::vector<double> later = {cap, 0.5 * q, 0.5 * q};
+  const auto peers = dpg::test::run_peers(
+      3, c, 400, dpg::test::graph_phases("ring", 3), std::chrono::seconds(20), {},
+      [&](int, dpg::train::RunInputs& in) {
+        in.rate_cap = cap;
+        in.hooks.rerate = [&](int epoch, long long) -> std::optional<std::vector<double>> {
+          if (epoch != 2) return std::nullopt;
+          return later;
+        };
+      });
+  const long long starts_2 = 8;  // an epoch is 1 / q = 7.5 steps
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    const auto& p = peers[static_cast<std::size_t>(r)];
+    REQUIRE(p.error == "");
+    const long long steps = p.summary.steps;
+    REQUIRE(p.summary.peer_epsilons.size() == 3);
+    double worst = 0;
+    for (std::size_t j = 0; j < 3; ++j) {
+      dpg::dp::Accountant a;
+      a.step(q, p.noise_multiplier, starts_2);
+      a.step(later[j], p.noise_multiplier, steps - starts_2);
+      CHECK(p.summary.peer_epsilons[j] == doctest::Approx(a.spent(c.delta).epsilon).epsilon(1e-12));
+      worst = std::max(worst, p.summary.peer_epsilons[j]);
+    }
+    CHECK(p.summary.peer_epsilons[1] < p.summary.peer_epsilons[0]);
+    CHECK(p.summary.epsilon >= worst - 1e-12);
+    CHECK(p.summary.epsilon <= c.target_epsilon + 1e-9);
+    // Calibrated for the cap: at the cap for every step the target is met, not at a higher rate.
+    dpg::dp::Accountant at_cap;
+    at_cap.step(cap, p.noise_multiplier, steps);
+    CHECK(at_cap.spent(c.delta).epsilon <= c.target_epsilon + 1e-9);
   }
 }
 
