@@ -156,6 +156,14 @@ nlohmann::json matrix_json(const std::vector<double>& m, int n) {
   return rows;
 }
 
+// What the pairwise figures assume, beside every one of them (docs/GOSSIP.md).
+constexpr const char* kPairwiseScope =
+    "a bound for gossip of a model linear in its gradients (docs/GOSSIP.md's derivation, after "
+    "Cyffers and Bellet 2022 and Muffliato, Cyffers et al. 2022): one fixed graph, "
+    "honest-but-curious peers without collusion, a constant learning rate, weight decay 0; not "
+    "a guarantee for DP-SGD on a non-linear model such as the MLP dpgossip trains, whose "
+    "guarantee is the local epsilon";
+
 nlohmann::json network_json(const NetworkReport& r, double local) {
   nlohmann::json by = nlohmann::json::array();
   for (const auto& row : r.rows)
@@ -169,6 +177,7 @@ nlohmann::json network_json(const NetworkReport& r, double local) {
                                     r.distance.begin() + static_cast<std::ptrdiff_t>(i + 1) * r.peers));
   return {{"topology", r.label},
           {"peers", r.peers},
+          {"assumptions", kPairwiseScope},
           {"local_epsilon", local},
           {"by_distance", by},
           {"distance", dist},
@@ -178,7 +187,8 @@ nlohmann::json network_json(const NetworkReport& r, double local) {
 
 void print_network(const NetworkReport& r, double local) {
   std::cout << "Pairwise network DP of gossip on " << r.label << " (" << r.peers
-            << " peers): u's data in the models peer v receives (docs/GOSSIP.md)\n";
+            << " peers): u's data in the models peer v receives\n  " << kPairwiseScope
+            << "\n";
   std::cout << "  distance  pairs  worst epsilon  local epsilon  least sigma_eff\n";
   for (const auto& row : r.rows)
     std::cout << "  " << std::setw(8) << row.distance << "  " << std::setw(5) << row.pairs << "  "

@@ -5,51 +5,33 @@
 #include <string>
 #include <vector>
 
-#include "dp/network_dp.h"
 #include "runtime/core/log.h"
 #include "runtime/train/algorithms.h"
 
 namespace dpg::train {
 namespace {
 
-// Why pairwise network DP (dp/network_dp.h) does not cover this run, or "" when it does: the
-// bound assumes one fixed graph, a constant learning rate and no weight decay.
-std::string pairwise_not_covered(const AlgoSetup& s) {
-  if (!s.config.dp) return "no DP";
-  if (s.phases.size() != 1 || s.phases.front().period.size() != 1)
-    return "the graph changes during the run";
-  if (s.config.weight_decay != 0.0) return "weight_decay is not 0";
-  if (s.config.lr_schedule != LrSchedule::constant) return "the learning rate is not constant";
-  if (s.phases.front().period.front().peers() > dp::kNetworkDpMaxPeers)
-    return "more than " + std::to_string(dp::kNetworkDpMaxPeers) + " peers";
-  return "";
-}
+// Why a gossip run reports no pairwise network epsilon (docs/GOSSIP.md): dp/network_dp.h's bound
+// holds for a model linear in its gradients, and no published theorem covers gossip DP-SGD on a
+// non-linear model. The local epsilon is the run's guarantee.
+constexpr const char* kPairwiseNotProved =
+    "not proved for this run: the pairwise bound (dpgossip privacy --topology, docs/GOSSIP.md) "
+    "holds for a model linear in its gradients, and no published theorem (Cyffers and Bellet "
+    "2022, Muffliato) covers gossip DP-SGD on a non-linear model such as this MLP, whose hidden "
+    "peers' gradients may relay what their models hold; the local epsilon holds";
 
 class GossipAlgorithm final : public Algorithm {
  public:
   explicit GossipAlgorithm(const AlgoSetup& s)
       : comm_(*s.comm),
         gossip_(s.comm->transport(), make_schedule(s.phases, s.steps_per_epoch), s.num_params),
-        q_(s.plan.accountant_q()),
-        sigma_(s.plan.message_sigma),
-        delta_(s.plan.delta),
-        accountant_(s.plan.accountant),
-        pairwise_why_not_(pairwise_not_covered(s)),
+        dp_(s.config.dp),
         device_(s.device),
         direct_(s.direct) {
     for (const auto& p : gossip_.schedule().phases()) {
       DPG_INFO("train: gossip on " << p.label << " from round " << p.start_round << ": rho "
                                    << p.spectrum.rho << ", spectral gap "
                                    << p.spectrum.spectral_gap);
-    }
-    if (pairwise_why_not_.empty()) {
-      const topology::Topology& g = s.phases.front().period.front();
-      peers_ = g.peers();
-      distance_ = dp::graph_distances(g.matrix(), peers_);
-      sigma_eff_ = dp::pairwise_noise_multipliers(g.matrix(), peers_, sigma_);
-      for (std::size_t k = 0; k < distance_.size(); ++k) {
-        if (distance_[k] >= 2) worst_hidden_sigma_ = std::min(worst_hidden_sigma_, sigma_eff_[k]);
-      }
     }
   }
 
@@ -108,8 +90,9 @@ class GossipAlgorithm final : public Algorithm {
     const auto& phase = gossip_.schedule().phase_at(std::max(0LL, t - 1));
     line["topology"] = phase.label;
     line["rho"] = phase.spectrum.rho;
-    if (summary) line["spectral_gap"] = phase.spectrum.spectral_gap;
-    annotate_pairwise(line, t, summary);
+    if (!summary) return;
+    line["spectral_gap"] = phase.spectrum.spectral_gap;
+    line["pairwise"] = {{"not_reported", dp_ ? kPairwiseNotProved : "no DP"}};
   }
 
  private:
@@ -128,43 +111,9 @@ class GossipAlgorithm final : public Algorithm {
     direct_->start_exchange(sends, recvs);
   }
 
-  // Pairwise network DP beside the local epsilon: on every line, what the best-informed peer that
-  // u does not send to learns of u's data (`pairwise_epsilon`, absent when every peer hears every
-  // other directly); in the summary, the worst pair at each graph distance. By the plan's
-  // accountant at the worst peer's rate, as message_epsilon.
-  void annotate_pairwise(Json& line, long long t, bool summary) const {
-    if (!pairwise_why_not_.empty()) {
-      if (summary) line["pairwise"] = {{"not_reported", pairwise_why_not_}};
-      return;
-    }
-    if (worst_hidden_sigma_ < kNone) {
-      line["pairwise_epsilon"] =
-          dp::pair_epsilon(q_, sigma_, worst_hidden_sigma_, t, delta_, accountant_);
-    }
-    if (!summary) return;
-    Json rows = Json::array();
-    for (const auto& r : dp::rows_by_distance(distance_, sigma_eff_, peers_, q_, sigma_, t, delta_,
-                                              accountant_)) {
-      rows.push_back({{"distance", r.distance},
-                      {"pairs", r.pairs},
-                      {"worst_epsilon", r.worst_epsilon},
-                      {"least_noise_multiplier", r.least_sigma}});
-    }
-    line["pairwise"] = {{"by_distance", std::move(rows)},
-                        {"assumptions", "docs/GOSSIP.md, \"What a curious neighbour learns\""}};
-  }
-
-  static constexpr double kNone = 1e300;
   collective::Communicator& comm_;
   Gossip gossip_;
-  // The plan's figures for the worst peer's messages (q, sigma) and how it accounts them.
-  double q_, sigma_, delta_;
-  dp::AccountantKind accountant_;
-  std::string pairwise_why_not_;
-  int peers_ = 0;
-  std::vector<int> distance_;
-  std::vector<double> sigma_eff_;
-  double worst_hidden_sigma_ = kNone;  // the least sigma_eff over pairs at distance >= 2
+  bool dp_;  // whether the run is private (the summary's reason for no pairwise figure)
   model::DeviceMlp* device_;                // --device cuda
   collective::DeviceCollectives* direct_;   // --transport nccl
   std::vector<float> host_;                 // the model staged for the neighbours

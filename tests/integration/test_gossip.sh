@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # D-PSGD with 8 peer processes on a ring on 127.0.0.1: the run trains, every peer's epsilon is
 # reported and the worst is the run's, the metrics carry the consensus distance, the graph in
-# force (also across a topology swap) and the pairwise network-DP epsilons, and bad topology
-# settings are refused with the field named.
+# force (also across a topology swap), no pairwise figure (the privacy command has it, with its
+# assumptions), and bad topology settings are refused with the field named.
 set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -65,12 +65,14 @@ assert last_ring < first_exp and last_ring >= 12, (last_ring, first_exp)
 rho = {c["topology"]: c["rho"] for c in cons}
 assert rho["exponential"] < rho["ring"], rho
 assert swap["topology"] == "exponential"
-# A graph that changes during the run is outside the pairwise bound: said, not reported.
-assert "pairwise_epsilon" not in swap and "not_reported" in swap["pairwise"], swap["pairwise"]
+# No pairwise figure in a run: DP-SGD on the MLP is outside every published theorem. Said.
+for s in (ring, swap):
+    assert "pairwise_epsilon" not in s and "not proved for this run" in s["pairwise"]["not_reported"], s["pairwise"]
 ' "$work/ring.json" "$work/swap.json" "$work/ring.jsonl" "$work/swap.jsonl"
 
-# Pairwise network DP beside the local epsilon: what `dpgossip privacy --topology` computes for
-# the run's rate, multiplier and steps, on every line for the best-informed non-neighbour.
+# The pairwise bound is a tool of its own, `dpgossip privacy --topology`, which states what it
+# assumes beside its figures: none below the local epsilon at distance 1, less further away; and
+# no line of the run carries a pairwise figure.
 read -r q sigma steps < <(py '
 import json, sys
 s = json.loads([l.split("] ", 1)[-1] for l in open(sys.argv[1]) if "{" in l][-1])
@@ -78,20 +80,18 @@ print(repr(s["sample_rate"]), repr(s["noise_multiplier"]), s["steps"])
 ' "$work/ring.json")
 "$bin" privacy --topology ring --peers 8 --sample-rate "$q" --noise-multiplier "$sigma" \
   --steps "$steps" --delta 1e-5 --json >"$work/pairwise.json"
+"$bin" privacy --topology ring --peers 8 --sample-rate "$q" --noise-multiplier "$sigma" \
+  --steps "$steps" --delta 1e-5 >"$work/pairwise.txt"
+grep -q "not a guarantee for DP-SGD on a non-linear model" "$work/pairwise.txt"
 py '
 import json, sys
 ring = json.loads([l.split("] ", 1)[-1] for l in open(sys.argv[1]) if "{" in l][-1])
-ref = json.load(open(sys.argv[2]))["network"]["by_distance"]
-got = ring["pairwise"]["by_distance"]
-assert [(r["distance"], r["pairs"]) for r in got] == [(r["distance"], r["pairs"]) for r in ref], (got, ref)
-for a, b in zip(got, ref):
-    assert abs(a["worst_epsilon"] - b["worst_epsilon"]) < 1e-9, (a, b)
-assert got[0]["worst_epsilon"] == ring["epsilon"] and got[-1]["worst_epsilon"] < got[1]["worst_epsilon"] < ring["epsilon"], got
-assert ring["pairwise_epsilon"] == got[1]["worst_epsilon"], (ring["pairwise_epsilon"], got)
+net = json.load(open(sys.argv[2]))["network"]
+assert "model linear in its gradients" in net["assumptions"], net["assumptions"]
+got = net["by_distance"]
+assert abs(got[0]["worst_epsilon"] - ring["epsilon"]) < 1e-9 and got[-1]["worst_epsilon"] < got[1]["worst_epsilon"] < ring["epsilon"], got
 lines = [json.loads(l) for l in open(sys.argv[3]) if "\"epoch\"" in l or "\"consensus\"" in l]
-pw = [l["pairwise_epsilon"] for l in lines if l["kind"] == "epoch"]
-assert len(pw) == 3 and pw == sorted(pw) and pw[-1] == ring["pairwise_epsilon"], pw
-assert all(0 <= l["pairwise_epsilon"] <= l["message_epsilon"] for l in lines), lines[-1]
+assert lines and not any("pairwise_epsilon" in l for l in lines), lines[-1]
 ' "$work/ring.json" "$work/pairwise.json" "$work/ring.jsonl"
 
 # The graph may come from the hosts file (--topology hosts): here a ring of 4 with one chord.
