@@ -19,7 +19,7 @@ using u128 = unsigned __int128;
 constexpr StreamTags kTags{4, 5, 6};
 constexpr std::size_t kBlocksPerValue = 4;
 constexpr double kMaxSigmaOnGrid = 67108864.0;     // 2^26: s2 <= 2^52
-constexpr double kMaxScale = 65536.0;              // 2^16: int32 sums of 4096 examples
+constexpr double kMaxScale = kMaxGridScale;
 constexpr std::uint64_t kMaxGeometric = 1ULL << 30;
 constexpr std::uint64_t kMaxBernoulliTerms = 1ULL << 20;
 

@@ -86,5 +86,8 @@ NoiseGrid plan_noise_grid(double sigma, std::size_t d, int widest);
 
 // eta above: the float error allowed for in the clipped examples' norms.
 double float_allowance(int widest);
+// The largest grid scale for sums of clipped examples on the grid: model::Mlp's *_on_grid keep
+// int32 sums of up to 4096 examples, each entry at most scale (1 + eta) + 1/2 grid steps.
+inline constexpr double kMaxGridScale = 65536.0;  // 2^16
 
 }  // namespace dpg::dp

@@ -40,6 +40,7 @@ GaussianMechanism::GaussianMechanism(std::size_t num_params, MechanismOptions op
                                        std::to_string(options_.skellam_mu));
     }
     grid_.resize(num_params);
+    grid_sum_.resize(num_params);
   }
 }
 
@@ -86,6 +87,7 @@ void GaussianMechanism::noise(std::size_t begin, std::size_t end) {
 }
 
 float GaussianMechanism::to_grid() const {
+  if (on_grid()) return static_cast<float>(options_.grid_scale / options_.clip_norm);
   if (!noise_grid_) fail(Code::internal, "to_grid: the mechanism does not sum on the grid");
   return static_cast<float>(noise_grid_->scale / options_.clip_norm);
 }
@@ -135,11 +137,17 @@ PrivateGradient GaussianMechanism::release_range(std::size_t begin, std::size_t 
 }
 
 void GaussianMechanism::release_on_grid() {
-  // round(x * grid_scale / C) as int32 (the plan keeps every value and sum inside its range),
-  // then the Skellam noise on the grid, modulo 2^32.
+  // The examples' exact integer sum (grid_sum_), plus what a caller wrote to the floats (the
+  // audit's canaries) rounded onto the grid, as int32 (the plan keeps every value and sum inside
+  // its range), then the Skellam noise on the grid, modulo 2^32.
   const double to_grid = options_.grid_scale / options_.clip_norm;
   for (std::size_t i = 0; i < buffer_.size(); ++i) {
-    const double v = std::nearbyint(static_cast<double>(buffer_[i]) * to_grid);
+    const double v = static_cast<double>(grid_sum_[i]) +
+                     std::nearbyint(static_cast<double>(buffer_[i]) * to_grid);
+    if (!(std::abs(v) <= 2147483647.0)) {
+      fail(Code::internal, "secure aggregation: value " + std::to_string(i) + " (" +
+                               std::to_string(v) + " grid steps) leaves the int32 range");
+    }
     grid_[i] = static_cast<std::uint32_t>(static_cast<std::int64_t>(v));
   }
   if (options_.skellam_mu > 0) {

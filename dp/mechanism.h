@@ -81,10 +81,11 @@ class GaussianMechanism {
   const MechanismOptions& options() const { return options_; }
   // Zeroes the accumulator and returns it for the step's clipped sum.
   std::span<float> begin_step();
-  // Secure noise (without secure aggregation): the step's clipped examples are summed here, on
-  // the integer grid, instead of in begin_step()'s floats; each entry of an example clipped to C
-  // is rounded after scaling by to_grid() (model::Mlp's *_on_grid). Zeroed by begin_step().
-  bool sums_on_grid() const { return noise_grid_.has_value() && sigma() > 0.0; }
+  // Secure noise, and secure aggregation: the step's clipped examples are summed here, on the
+  // integer grid, instead of in begin_step()'s floats; each entry of an example clipped to C is
+  // rounded after scaling by to_grid() (model::Mlp's *_on_grid), so one example moves the sum by
+  // exactly its own integer vector. Zeroed by begin_step().
+  bool sums_on_grid() const { return (noise_grid_.has_value() && sigma() > 0.0) || on_grid(); }
   std::span<std::int64_t> grid_sum() { return grid_sum_; }
   // Whatever is also written to begin_step()'s floats (the audit's canaries) is rounded onto the
   // grid and added to grid_sum() at the release.

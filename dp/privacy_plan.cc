@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "dp/discrete_gaussian.h"
 #include "dp/skellam.h"
 #include "runtime/core/error.h"
 
@@ -29,7 +30,9 @@ SecureAggregationPlan plan_secure_aggregation(const PlanInputs& in, const Privac
                                               double sigma0) {
   require(p.peers >= 2, "secure_aggregation needs at least 2 peers");
   require(in.num_params >= 1, "secure_aggregation needs the model's size");
+  require(in.widest_layer >= 1, "secure_aggregation needs the model's widest layer");
   const double d = in.num_params;
+  const double eta = float_allowance(in.widest_layer);
   const double limit = 2147483647.0;  // int32's largest value: the sum is read back as int32
   const double batch = in.batch_size;
   SecureAggregationPlan g;
@@ -37,18 +40,21 @@ SecureAggregationPlan plan_secure_aggregation(const PlanInputs& in, const Privac
   const double n = static_cast<double>(p.peers);
   // The share of the noise that protects against the other peers (target messages) or all.
   const double protecting = in.target_messages ? (n - 1.0) / n : 1.0;
-  double scale = std::ldexp(1.0, 24);
+  double scale = kMaxGridScale;
+  // The most grid steps one example puts in one coordinate.
+  const auto entry = [eta](double s) { return s * (1.0 + eta) + 0.5; };
   // Start where the Gaussian's noise (1.2 x for the Skellam's looser bound) leaves 12 standard
   // deviations of room, then halve while the calibrated Skellam noise does not.
-  while (scale > 1 && scale * (g.batch_bound + 14.4 * sigma0 / std::sqrt(protecting)) > limit) {
+  while (scale > 1 &&
+         entry(scale) * g.batch_bound + 14.4 * scale * sigma0 / std::sqrt(protecting) > limit) {
     scale /= 2;
   }
   for (;; scale /= 2) {
     require(scale >= 1, "secure_aggregation: no grid scale fits the int32 range (batch_size " +
                             std::to_string(batch) + ")");
     g.grid_scale = scale;
-    g.l2 = scale + std::sqrt(d);
-    g.l1 = std::sqrt(d) * scale + d;
+    g.l2 = scale * (1.0 + eta) + 0.5 * std::sqrt(d);
+    g.l1 = std::sqrt(d) * scale * (1.0 + eta) + 0.5 * d;
     if (in.noise_multiplier > 0) {
       // Given sigma: the same standard deviation, sigma * l2, as Skellam's sqrt(2 mu).
       g.mu = 0.5 * std::pow(in.noise_multiplier * g.l2, 2);
@@ -64,7 +70,7 @@ SecureAggregationPlan plan_secure_aggregation(const PlanInputs& in, const Privac
         throw;
       }
     }
-    const double margin = limit - scale * g.batch_bound;
+    const double margin = limit - entry(scale) * g.batch_bound;
     if (margin >= 12.0 * std::sqrt(2.0 * g.mu)) {
       // Bernstein: P(|Sk(mu)| >= t) <= 2 exp(-t^2 / (2 (2 mu + t / 3))); Chernoff for the batch.
       const double log_noise = std::log(2.0) - margin * margin / (2.0 * (2.0 * g.mu + margin / 3.0));

@@ -65,20 +65,22 @@ struct PlanInputs {
   // sensitivity, and at least 2 peers.
   bool secure_aggregation = false;
   double num_params = 0;
+  int widest_layer = 0;  // the model's widest layer: the clipping's float allowance (eta)
 };
 
 // The fixed-point grid and Skellam noise of secure aggregation (dp/skellam.h, dp/secagg.h).
 //
-// A peer's clipped sum x (floats, each example's gradient of L2 norm <= C) goes onto the grid as
-// round(x * grid_scale / C): one clip norm is grid_scale steps. Adding or removing one example
-// moves the float sum by a vector of norm <= C, and the rounding moves each coordinate by less
-// than 1 either way, so the grid sum moves by at most
-//   l2 = grid_scale + sqrt(d)           in L2 norm, and
-//   l1 = sqrt(d) * grid_scale + d       in L1 norm (d values; ||v||_1 <= sqrt(d) ||v||_2).
-// The grid scale is the largest power of two (at most 2^24) for which the sum of every peer's
-// grid values stays inside the int32 range: per coordinate |sum| <= grid_scale * B + |noise|,
-// with B the global Poisson batch; the margin left for the noise must be at least 12 of its
-// standard deviations. overflow_bound bounds the probability that any coordinate of any step's
+// Each example's clipped gradient (L2 norm at most C (1 + eta), eta the float allowance of the
+// clipping, dp/discrete_gaussian.h) goes onto the grid entry by entry as round(x * grid_scale /
+// C), and a peer sums the integers exactly (model::Mlp's *_on_grid, as secure noise does): one
+// clip norm is grid_scale steps. Adding or removing one example moves a peer's grid sum by
+// exactly that example's integer vector, whatever the others, so by at most
+//   l2 = grid_scale (1 + eta) + sqrt(d) / 2            in L2 norm, and
+//   l1 = sqrt(d) * grid_scale (1 + eta) + d / 2        in L1 norm (||v||_1 <= sqrt(d) ||v||_2).
+// The grid scale is the largest power of two (at most kMaxGridScale, 2^16) for which the sum of
+// every peer's grid values stays inside the int32 range: per coordinate |sum| <= (grid_scale
+// (1 + eta) + 1/2) B + |noise|, with B the global Poisson batch; the margin left for the noise
+// must be at least 12 of its standard deviations. overflow_bound bounds the probability that any coordinate of any step's
 // sum wraps: Chernoff's bound on the Poisson batch passing the bound used, and Bernstein's on the
 // Skellam noise passing the margin, over every coordinate and step (a wrap spoils that step's
 // update; it does not weaken privacy, which the noise on the grid gives whatever the sum is).

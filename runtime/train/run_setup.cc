@@ -220,8 +220,12 @@ dp::PrivacyPlan plan_run(const RunInputs& in) {
                                                        : dp::AccountantKind::rdp;
   p.secure_aggregation = c.secure_aggregation;
   if (p.secure_aggregation) {
-    // d, for the rounding's share of the grid's sensitivity: sum over layers of (in + 1) * out.
-    p.num_params = spec_for(c, in.data.train).param_count();
+    // d, for the rounding's share of the grid's sensitivity: sum over layers of (in + 1) * out;
+    // the widest layer, for the clipping's float allowance.
+    const model::MlpSpec spec = spec_for(c, in.data.train);
+    p.num_params = spec.param_count();
+    const std::vector<int> widths = spec.widths();
+    p.widest_layer = *std::max_element(widths.begin(), widths.end());
   }
   try {
     return agreed_plan(p, in.comm);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "dp/discrete_gaussian.h"
 #include "dp/privacy_plan.h"
 #include "runtime/core/error.h"
 
@@ -152,17 +153,24 @@ TEST_CASE("secure aggregation: the grid, the Skellam noise and the epsilons per 
   auto in = inputs(dp::Release::summed, {15000, 15000, 15000, 15000});
   in.secure_aggregation = true;
   in.num_params = 203530;
+  in.widest_layer = 784;
   const auto p = dp::plan_privacy(in);
   const auto& g = p.secagg;
   CHECK(p.secure_aggregation);
   CHECK(p.noise_mode == "distributed");
-  // A power of two whose worst-case sum (batch bound, 12 standard deviations of noise) fits int32.
+  // A power of two, at most 2^16 (the model's int32 sums of 4096 examples on the grid), whose
+  // worst-case sum (batch bound, each example's entry at most scale (1 + eta) + 1/2 steps, 12
+  // standard deviations of noise) fits int32; here the 2^16 cap is what binds.
+  const double eta = dp::float_allowance(784);
+  const double entry = g.grid_scale * (1 + eta) + 0.5;
   CHECK(std::exp2(std::round(std::log2(g.grid_scale))) == g.grid_scale);
-  CHECK(g.grid_scale * g.batch_bound + 12 * std::sqrt(2 * g.mu) <= 2147483647.0);
-  CHECK(2 * g.grid_scale * g.batch_bound + 12 * std::sqrt(2 * g.mu) > 2147483647.0);
+  CHECK(g.grid_scale == 65536);
+  CHECK(entry * g.batch_bound + 12 * std::sqrt(2 * g.mu) <= 2147483647.0);
   CHECK(g.batch_bound > 4096 + 6 * 64);
-  CHECK(g.l2 == doctest::Approx(g.grid_scale + std::sqrt(203530.0)));
-  CHECK(g.l1 == doctest::Approx(std::sqrt(203530.0) * g.grid_scale + 203530));
+  // One example moves a peer's exact grid sum by its own integer vector: the clipping's float
+  // allowance on the scale, half a step of rounding per value.
+  CHECK(g.l2 == doctest::Approx(g.grid_scale * (1 + eta) + std::sqrt(203530.0) / 2));
+  CHECK(g.l1 == doctest::Approx(std::sqrt(203530.0) * g.grid_scale * (1 + eta) + 203530 / 2.0));
   CHECK(g.peer_mu * 4 == doctest::Approx(g.mu));
   CHECK(g.overflow_bound < 1e-20);
   // The target holds for the model, just; a curious peer (3 of the 4 shares) learns more, but
@@ -187,6 +195,7 @@ TEST_CASE("the plan's accounts: charged steps re-evaluate to the plan's epsilons
     auto in = inputs(dp::Release::summed, {15000, 15000, 15000, 15000});
     in.secure_aggregation = secagg;
     in.num_params = 203530;
+    in.widest_layer = 784;
     const auto p = dp::plan_privacy(in);
     dp::Accountant model = p.new_account(), messages = p.new_account();
     CHECK(model.is_skellam() == secagg);

@@ -291,3 +291,37 @@ TEST_CASE("mechanism: secure noise ignores the seed, so two peers with one seed 
 TEST_CASE("secure noise: every key from the OS is new") {
   CHECK(NoiseKey::from_os().bytes != NoiseKey::from_os().bytes);
 }
+
+TEST_CASE("mechanism: secure aggregation sums on the grid too: the exact integer sum goes out") {
+  // The examples' integers are summed exactly (grid_sum, as secure noise's); floats a caller
+  // writes (an audit canary) are rounded in; nothing is rounded from a float sum of the batch.
+  dpg::dp::MechanismOptions opt;
+  opt.noise_multiplier = 1.0;
+  opt.clip_norm = 1.0f;
+  opt.expected_batch = 1.0;
+  opt.secure_aggregation = true;
+  opt.grid_scale = 65536.0;
+  opt.skellam_mu = 0;  // no noise: the release is the sum itself
+  const std::size_t d = 1000;
+  dpg::dp::GaussianMechanism m(d, opt, 5, 0);
+  CHECK(m.sums_on_grid());
+  CHECK(m.to_grid() == 65536.0f);
+  auto floats = m.begin_step();
+  auto ints = m.grid_sum();
+  std::vector<std::int64_t> x(d);
+  for (std::size_t i = 0; i < d; ++i) {
+    x[i] = static_cast<std::int64_t>(3e8 * std::sin(static_cast<double>(i)));
+    ints[i] = x[i];
+  }
+  floats[7] = 0.25f;
+  x[7] += 16384;
+  const auto g = m.release().values();
+  for (std::size_t i = 0; i < d; ++i) {
+    CAPTURE(i);
+    CHECK(static_cast<double>(g[i]) * 65536.0 == doctest::Approx(static_cast<double>(x[i])));
+  }
+  // A sum outside int32 is an error, not a wrapped value.
+  m.begin_step();
+  m.grid_sum()[3] = std::int64_t{1} << 31;
+  CHECK_THROWS_WITH_AS(m.release(), doctest::Contains("leaves the int32 range"), dpg::Error);
+}
