@@ -427,6 +427,10 @@ std::vector<ConfigField> make_table() {
             "put this peer's counts of examples dropped for non-finite values and of skipped "
             "batches in its metrics and summary (data-dependent, not covered by epsilon)")
           .per_peer(),
+      field(&C::report_train_metrics, "report_train_metrics", "--report-train-metrics",
+            "put the training loss and accuracy of rank 0's own batches in the epoch lines and "
+            "the progress line (un-noised values of private data, not covered by epsilon)")
+          .per_peer(),
       field(&C::trace, "trace", "--trace", "Chrome trace file to write (\"\": none)").per_peer(),
       field(&C::checkpoint_dir, "checkpoint_dir", "--checkpoint-dir",
             "folder of this peer's checkpoints (rank-R/ inside; \"\": none)")

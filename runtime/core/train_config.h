@@ -208,6 +208,9 @@ struct TrainConfig {
   // (every example non-finite) in its metrics lines and summary. Off by default: the counts
   // depend on the private data and no noise covers them (docs/PRIVACY.md, outputs).
   bool report_dropped = false;
+  // Put the training loss and accuracy of this peer's own batches in its epoch lines. Off by
+  // default: they are computed from private batches without noise (docs/PRIVACY.md, outputs).
+  bool report_train_metrics = false;
   double timeout_s = 60;                     // every network wait, and the connection set-up
   TransportMode transport = TransportMode::automatic;  // shared memory on one host, else TCP
   std::string metrics = "runs/metrics.jsonl";  // JSON-lines file, appended ("" = none)

@@ -36,15 +36,17 @@ Json EpochReport::to_json() const {
   Json j = {{"epoch", epoch},
             {"step", step},
             {"wall_s", wall_s},
-            {"loss", loss},
-            {"train_accuracy", train_accuracy},
             {"test_accuracy", test_accuracy},
             {"test_loss", test_loss},
-            {"train_metrics", "unprotected"},
             {"epsilon", finite_or_null(epsilon)},
             {"message_epsilon", finite_or_null(message_epsilon)},
             {"samples_per_second", timed_or_null(samples_per_second)},
             {"lr", lr}};
+  if (report_train) {
+    j["loss"] = loss;
+    j["train_accuracy"] = train_accuracy;
+    j["train_metrics"] = "unprotected";
+  }
   if (report_dropped) {
     j["dropped_examples"] = dropped_examples;
     j["skipped_batches"] = skipped_batches;
@@ -156,11 +158,14 @@ std::string progress_line(const EpochReport& r, int total_epochs) {
     std::snprintf(big, sizeof big, "%.5g", r.epsilon);
     eps = big;
   }
-  std::snprintf(buf, sizeof buf,
-                "epoch %3d/%d  loss %.4f  train acc %.2f%%  %s acc %.2f%%  eps %s  %s",
-                r.epoch, total_epochs, r.loss, 100 * r.train_accuracy,
-                r.split == "test" ? "test" : "val", 100 * r.test_accuracy, eps.c_str(),
-                throughput_text(r.samples_per_second).c_str());
+  char train[96] = "";
+  if (r.report_train) {
+    std::snprintf(train, sizeof train, "  loss %.4f  train acc %.2f%% (unprotected)", r.loss,
+                  100 * r.train_accuracy);
+  }
+  std::snprintf(buf, sizeof buf, "epoch %3d/%d%s  %s acc %.2f%%  eps %s  %s", r.epoch,
+                total_epochs, train, r.split == "test" ? "test" : "val", 100 * r.test_accuracy,
+                eps.c_str(), throughput_text(r.samples_per_second).c_str());
   std::string line = buf;
   // Said every epoch when asked for: a model fed non-finite values should not look healthy.
   if (r.report_dropped && r.dropped_examples > 0) {

@@ -17,7 +17,9 @@ struct EpochReport {
   long long step = 0;
   double wall_s = 0;             // since the start of training
   // Training loss and accuracy: this (the reporting) peer's own batches, before noise; not
-  // covered by epsilon, and marked so in the JSON ("train_metrics": "unprotected").
+  // covered by epsilon. In the JSON (marked "train_metrics": "unprotected") and the progress line
+  // only with report_train.
+  bool report_train = false;
   double loss = 0;               // mean per-example training loss over the epoch's batches
   double train_accuracy = 0;     // over the epoch's batches, before each update
   // Of the released model (the parameter average when on) on `split`: "test", or "validation"

@@ -363,16 +363,17 @@ bool Trainer::run_epoch(Loop& loop, int epoch) {
 void Trainer::report_epoch(Loop& loop, int epoch) {
   RunState& s = *state_;
   Progress& p = loop.p;
-  // Training loss and accuracy come from this peer's private batches and stay here (they are
-  // not noised); throughput over all peers uses the public expected batch size instead.
+  // Training loss and accuracy come from this peer's private batches and leave it only with
+  // report_train_metrics (they are not noised); throughput counts the public expected batch
+  // size, one peer alone included, never the realised (private) batches.
   const long long steps = epoch_end(epoch) - epoch_end(epoch - 1);
-  p.samples += world() == 1 ? p.seen
-                            : static_cast<long long>(std::llround(
-                                  static_cast<double>(steps) * in_.config.batch_size));
+  p.samples += static_cast<long long>(
+      std::llround(static_cast<double>(steps) * in_.config.batch_size));
   EpochReport r = evaluate_epoch(s, epoch, p.step, {p.loss_sum, p.seen, p.correct});
   r.wall_s = seconds_since(s.start);
   r.samples_per_second = throughput(static_cast<double>(p.samples), p.train_seconds);
   r.report_dropped = in_.config.report_dropped;
+  r.report_train = in_.config.report_train_metrics;
   r.dropped_examples = p.dropped - p.epoch_dropped_before;
   r.skipped_batches = p.skipped - p.epoch_skipped_before;
   if (in_.tracer && std::isfinite(r.epsilon)) in_.tracer->counter("epsilon", r.epsilon);

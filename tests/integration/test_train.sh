@@ -53,8 +53,9 @@ assert p["validation"]["rows"] == 3000 and "label_histogram" not in p["shards"][
 ' "$work/val-prep.json"
 "$bin" train --data "$work/val" --eval-split validation --target messages --epochs 1 \
   --batch-size 2048 --lr 4 --momentum 0 --ema-decay 0 --threads 1 --metrics "$work/v.jsonl" \
-  --json >"$work/val.json" 2>"$work/val-progress.txt"
+  --report-train-metrics --json >"$work/val.json" 2>"$work/val-progress.txt"
 grep -q "val acc" "$work/val-progress.txt"
+grep -q "train acc .*(unprotected)" "$work/val-progress.txt"
 py '
 import json, sys
 s = json.load(open(sys.argv[1]))
@@ -68,6 +69,17 @@ assert "validation_accuracy" in epoch and "test_accuracy" not in epoch, epoch
   --batch-size 2048 --threads 1 --metrics "" --json >"$work/val2.json" 2>/dev/null
 py 'import json, sys; s = json.load(open(sys.argv[1])); assert s["dropped_examples"] == 0 and s["skipped_batches"] == 0, s' \
   "$work/val2.json"
+# By default no training loss or accuracy leaves the peer (un-noised values of private batches):
+# neither in the metrics lines nor on the progress line.
+"$bin" train --data "$work/val" --epochs 1 --batch-size 2048 --threads 1 --metrics "$work/p.jsonl" \
+  >/dev/null 2>"$work/p-progress.txt"
+if grep -q "train acc" "$work/p-progress.txt"; then echo "FAIL: train metrics shown"; exit 1; fi
+py '
+import json, sys
+for l in open(sys.argv[1]):
+    l = json.loads(l)
+    assert not {"loss", "train_accuracy", "train_metrics"} & set(l), l
+' "$work/p.jsonl"
 if "$bin" train --data "$work/data" --eval-split validation --epochs 1 --metrics "" 2>"$work/err.txt"; then
   echo "FAIL: --eval-split validation accepted on a folder without validation rows"; exit 1
 fi

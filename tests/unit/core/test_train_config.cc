@@ -80,6 +80,7 @@ dpg::TrainConfig unusual() {
   c.target = dpg::PrivacyTarget::messages;
   c.eval_split = dpg::EvalSplit::validation;
   c.report_dropped = true;
+  c.report_train_metrics = true;
   c.secure_aggregation = true;  // checked against the algorithm by the trainer, not here
   return c;
 }
@@ -218,7 +219,7 @@ TEST_CASE("train config: the hash ignores exactly the per-peer fields") {
   const std::set<std::string> per_peer = {"data",     "threads", "metrics",
                                           "noise_seed", "run_name", "trace",
                                           "checkpoint_dir", "insecure_fixed_seed",
-                                          "report_dropped", "device"};
+                                          "report_dropped", "report_train_metrics", "device"};
   // Shared, but free to change when a run is resumed: not in the checkpoint's hash.
   const std::set<std::string> control = {"timeout_s", "checkpoint_every", "checkpoint_keep",
                                          "resume", "stop_check_every", "transport",

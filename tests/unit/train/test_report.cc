@@ -40,10 +40,21 @@ TEST_CASE("report: dropped examples and skipped batches appear only when asked f
   CHECK(s.to_json(c, plan)["dropped_examples"] == 5);
 }
 
-TEST_CASE("report: training metrics are marked unprotected; a validation run names its split") {
+TEST_CASE("report: training metrics only when asked for, marked unprotected; a validation run "
+          "names its split") {
   EpochReport r;
   r.test_accuracy = 0.5;
+  r.loss = 0.75;
+  r.train_accuracy = 0.8;
+  // Not by default: they come from private batches without noise.
+  for (const char* key : {"loss", "train_accuracy", "train_metrics"}) {
+    CHECK_FALSE(r.to_json().contains(key));
+  }
+  CHECK(progress_line(r, 1).find("train acc") == std::string::npos);
+  r.report_train = true;
   CHECK(r.to_json()["train_metrics"] == "unprotected");
+  CHECK(r.to_json()["loss"] == 0.75);
+  CHECK(progress_line(r, 1).find("train acc 80.00% (unprotected)") != std::string::npos);
   CHECK(r.to_json()["test_accuracy"] == 0.5);
   r.split = "validation";
   CHECK(r.to_json()["validation_accuracy"] == 0.5);
