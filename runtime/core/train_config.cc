@@ -431,7 +431,10 @@ std::vector<ConfigField> make_table() {
             "put the training loss and accuracy of rank 0's own batches in the epoch lines and "
             "the progress line (un-noised values of private data, not covered by epsilon)")
           .per_peer(),
-      field(&C::trace, "trace", "--trace", "Chrome trace file to write (\"\": none)").per_peer(),
+      field(&C::trace, "trace", "--trace",
+            "Chrome trace file rank 0 writes from every peer's timeline (\"\": none); a step's "
+            "times follow its realised private batch, not covered by epsilon")
+          .per_peer(),
       field(&C::checkpoint_dir, "checkpoint_dir", "--checkpoint-dir",
             "folder of this peer's checkpoints (rank-R/ inside; \"\": none)")
           .per_peer(),

@@ -34,7 +34,9 @@ inline constexpr uint32_t kOpGroupModel = 11;
 // A consensus report of an asynchronous algorithm: rank 0 asks a peer for its model
 // (train/consensus_poll.h).
 inline constexpr uint32_t kOpReport = 12;
+// A peer's trace part to rank 0, which writes the run's trace (apps/trace_output.cc).
+inline constexpr uint32_t kOpTrace = 13;
 
-static_assert(kOpReport < kOpsPerSpace, "every id of space 0 stays below kOpsPerSpace");
+static_assert(kOpTrace < kOpsPerSpace, "every id of space 0 stays below kOpsPerSpace");
 
 }  // namespace dpg::net
