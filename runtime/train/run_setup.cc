@@ -176,6 +176,19 @@ const data::Dataset& eval_split(const RunInputs& in) {
 void check_run(const RunInputs& in) {
   validate(in.config);
   check_algorithm(in, algo_info(in.config.algo));
+  const TrainConfig& c = in.config;
+  if (c.dp && c.secure_noise && !c.secure_aggregation && world_of(in) > 1 &&
+      algo_info(c.algo).release == dp::Release::summed &&
+      c.noise_mode == NoiseMode::distributed && c.target != PrivacyTarget::messages) {
+    // Secure noise's argument is for one discrete Gaussian on the grid (dp/discrete_gaussian.h);
+    // distributed noise would make the model's noise a sum of the peers' shares.
+    refuse("/secure_noise: with " + to_string(c.algo) + "'s distributed noise each of the " +
+           std::to_string(world_of(in)) + " peers adds a share of discrete Gaussian noise, and a "
+           "sum of discrete Gaussians is not the discrete Gaussian secure noise is argued for; "
+           "give noise_mode local (each peer adds the whole noise), secure_aggregation (Skellam "
+           "shares, whose sum is exactly Skellam), or an algorithm whose peers noise their own "
+           "updates (gossip, ps-async, local-sgd, ad-psgd, partial-allreduce)");
+  }
   check_buckets(in);
   check_settings(in);
   if (world_of(in) == 1 && in.config.servers != 1) {

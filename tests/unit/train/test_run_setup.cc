@@ -2,9 +2,11 @@
 // does not allow, for every algorithm, and nothing else lists algorithms.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <string>
 
 #include "runtime/core/error.h"
+#include "runtime/net/inproc/inproc_transport.h"
 #include "runtime/train/algorithm.h"
 #include "runtime/train/run_setup.h"
 #include "runtime/train/run_state.h"
@@ -79,6 +81,51 @@ TEST_CASE("run set-up: each algorithm's line decides what it allows") {
           return c;
         }()) == "/transport: nccl carries the messages of allreduce, gossip or local-sgd only, "
                 "not ps-sync's (use auto, tcp or shm)");
+}
+
+TEST_CASE("run set-up: secure noise is refused where the peers' shares of it would be summed") {
+  // Two peers: distributed noise under a summed release would sum two discrete Gaussians.
+  net::InprocFabric fabric(2, std::chrono::seconds(1));
+  collective::Communicator comm(fabric.peer(0));
+  const auto refused = [&comm](TrainConfig c) {
+    train::RunInputs in;
+    in.config = std::move(c);
+    in.data.train = test::blobs(50, 1);
+    in.comm = &comm;
+    try {
+      train::check_run(in);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (Algo algo : {Algo::allreduce, Algo::ps_sync}) {
+    CAPTURE(to_string(algo));
+    TrainConfig c = test::small_config(algo);
+    c.secure_noise = true;
+    c.noise_seed = 0;
+    CHECK(refused(c).find("/secure_noise: with " + to_string(algo) + "'s distributed noise each "
+                          "of the 2 peers") != std::string::npos);
+    TrainConfig local = c;  // each peer adds the whole noise: one discrete Gaussian each
+    local.noise_mode = NoiseMode::local;
+    CHECK(refused(local) == "");
+    TrainConfig messages = c;  // calibrated for the messages: local noise as well
+    messages.target = PrivacyTarget::messages;
+    CHECK(refused(messages) == "");
+  }
+  TrainConfig secagg = test::small_config(Algo::allreduce);
+  secagg.secure_noise = secagg.secure_aggregation = true;
+  secagg.noise_seed = 0;
+  CHECK(refused(secagg) == "");
+  TrainConfig gossip = test::small_config(Algo::gossip);
+  gossip.secure_noise = true;
+  gossip.noise_seed = 0;
+  CHECK(refused(gossip) == "");
+  // One peer: its noise is the model's, one discrete Gaussian.
+  TrainConfig alone = test::small_config(Algo::allreduce);
+  alone.secure_noise = true;
+  alone.noise_seed = 0;
+  CHECK(refusal(alone) == "");
 }
 
 TEST_CASE("run set-up: the audit's sum hook needs the whole sum and the CPU") {
