@@ -28,6 +28,13 @@ fmnist_work() {
   "$1" prepare --out "$work/data" >/dev/null
 }
 
+# check_outputs FILE...: every metrics and summary field the files hold has its row in
+# docs/PRIVACY.md's table of fields (tools/check_outputs.py); a missing one fails the test.
+check_outputs() {
+  /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/../../tools/check_outputs.py" "$@" ||
+    fail "a run wrote a field docs/PRIVACY.md does not list"
+}
+
 # Checks that report and go on: fail counts, finish ends the script with the verdict.
 failures=0
 fail() {

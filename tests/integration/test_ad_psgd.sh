@@ -68,4 +68,5 @@ else
     "$work/hang.log" ||
     fail "no peer named the hung peer 2: $(grep error "$work/hang.log" | head -3)"
 fi
+check_outputs "$work/ring.jsonl" "$work/ring.json"
 finish ad-psgd

@@ -83,5 +83,7 @@ rc=0
 bash "$(dirname "${BASH_SOURCE[0]}")/check_trace.sh" "$work/gossip-trace.json" || rc=$?
 [[ $rc == 0 ]] || fail "headless Chromium did not load the 4-peer trace (exit $rc)"
 "$(dirname "${BASH_SOURCE[0]}")/../../tools/trace_summary.py" "$work/gossip-trace.json"
+# Every field every algorithm wrote has its privacy status in docs/PRIVACY.md.
+check_outputs "$work/m.jsonl" "$work"/{allreduce,bucketed,gossip,ps-sync,ps-async,local-sgd,ad-psgd,partial}.json
 
 finish algorithms

@@ -126,4 +126,5 @@ expect_error 'has 3 peers, the run has 2' "${train1[@]}" --algo gossip --topolog
   --hosts "$work/hosts2.json" --rank 0
 expect_error "the run has no hosts file with a \"topology\"" "${train1[@]}" --algo gossip --topology hosts \
   --hosts "$work/hosts2.json" --rank 0
+check_outputs "$work"/*.jsonl "$work/ring.json" "$work/swap.json"
 finish gossip

@@ -58,4 +58,6 @@ for bad in "--algo gossip" "--algo allreduce --noise-mode local" "--algo allredu
   fi
   grep -q "secure_aggregation" "$work/bad.log" || { cat "$work/bad.log"; exit 1; }
 done
+/usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/../../tools/check_outputs.py" \
+  "$work/secure.json" "$work/m.jsonl"
 echo "ok"

@@ -155,4 +155,14 @@ for l in b["later"]:
 e = s["peer_epsilons"]
 assert e[1] < e[0] and s["epsilon"] >= max(e) - 1e-9 and s["epsilon"] <= 3.0 + 1e-6, (s["epsilon"], e)
 ' "$work/rates.json"
+# Every field these runs wrote has its privacy status in docs/PRIVACY.md.
+check=$(dirname "${BASH_SOURCE[0]}")/../../tools/check_outputs.py
+/usr/bin/python3 "$check" "$work/v.jsonl" "$work/val.json" "$work/p.jsonl" "$work/bal.json" \
+  "$work/rates.json"
+# ... and a field it does not list fails the check, naming the field and where it was.
+echo '{"kind": "epoch", "epsilon": 1, "private_secret": 3}' >"$work/new-field.jsonl"
+rc=0
+/usr/bin/python3 "$check" "$work/v.jsonl" "$work/new-field.jsonl" >"$work/check.txt" 2>&1 || rc=$?
+[[ $rc == 1 ]] && grep -q "field \`private_secret\` at .*new-field.jsonl:1 (epoch)" "$work/check.txt" ||
+  { cat "$work/check.txt"; echo "FAIL: an unlisted field passed check_outputs (exit $rc)"; exit 1; }
 echo "train integration: ok"
