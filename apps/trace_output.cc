@@ -42,8 +42,8 @@ void finish_trace(trace::Tracer& tracer, collective::Communicator* comm, const s
   std::vector<std::string> parts;
   if (comm && rank != 0) {
     const std::uint64_t my_size = mine.size();
-    comm->wait(comm->send(0, {net::kOpTrace, 0, 0},
-                          public_value(std::as_bytes(std::span<const std::uint64_t>(&my_size, 1)))));
+    const auto size_bytes = std::as_bytes(std::span<const std::uint64_t>(&my_size, 1));
+    comm->wait(comm->send(0, {net::kOpTrace, 0, 0}, public_value(size_bytes)));
     // --trace asks every peer to share its timeline with rank 0 (docs/TRACE.md).
     comm->wait(comm->send(0, {net::kOpTrace, 0, 1},
                           public_value(std::as_bytes(std::span<const char>(mine)))));
@@ -51,8 +51,9 @@ void finish_trace(trace::Tracer& tracer, collective::Communicator* comm, const s
     std::vector<std::uint64_t> sizes(static_cast<std::size_t>(world), 0);
     std::vector<net::Handle> posted;
     for (int r = 1; r < world; ++r) {
-      posted.push_back(comm->recv(r, {net::kOpTrace, 0, 0},
-                                  std::as_writable_bytes(std::span(&sizes[static_cast<std::size_t>(r)], 1))));
+      std::uint64_t& size = sizes[static_cast<std::size_t>(r)];
+      posted.push_back(
+          comm->recv(r, {net::kOpTrace, 0, 0}, std::as_writable_bytes(std::span(&size, 1))));
     }
     for (net::Handle h : posted) comm->wait(h);
     parts.assign(static_cast<std::size_t>(world), std::string());
@@ -67,7 +68,8 @@ void finish_trace(trace::Tracer& tracer, collective::Communicator* comm, const s
                                            std::to_string(kMaxTracePartBytes));
       }
       part.resize(static_cast<std::size_t>(size));
-      posted.push_back(comm->recv(r, {net::kOpTrace, 0, 1}, std::as_writable_bytes(std::span(part))));
+      posted.push_back(
+          comm->recv(r, {net::kOpTrace, 0, 1}, std::as_writable_bytes(std::span(part))));
     }
     for (net::Handle h : posted) comm->wait(h);
   } else {

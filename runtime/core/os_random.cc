@@ -21,7 +21,9 @@ void os_random(std::span<std::byte> out, const char* what) {
            std::string(what) + ": getrandom(2) failed: " + std::strerror(errno));
     }
   }
-  if (got < out.size()) fail(Code::unavailable, std::string(what) + ": getrandom(2) gave too few bytes");
+  if (got < out.size()) {
+    fail(Code::unavailable, std::string(what) + ": getrandom(2) gave too few bytes");
+  }
 }
 
 std::uint64_t os_random_u64(const char* what) {

@@ -80,9 +80,9 @@ ConsensusPoll::~ConsensusPoll() {
 
 void ConsensusPoll::serve() {
   using Reply = collective::Service::Reply;
-  // A request waits for the training thread's next boundary, up to a quarter of the transport's timeout
-  // (a step, a checkpoint or an evaluation may take that long): then it says the peer was busy,
-  // and rank 0's report leaves this peer out rather than failing.
+  // A request waits for the training thread's next boundary, up to a quarter of the transport's
+  // timeout (a step, a checkpoint or an evaluation may take that long): then it says the peer was
+  // busy, and rank 0's report leaves this peer out rather than failing.
   const auto patience = t_.timeout() / 4;
   service_.serve({0}, 0, [this, patience](const collective::Service::Request& r,
                                           Wire<const std::byte>, Reply& out) {
@@ -178,7 +178,8 @@ void ConsensusPoll::run() {
       if (!job) {
         std::vector<int> tickets;
         for (int r : servers) {
-          tickets.push_back(service_.call(r, kIdle, 0, public_value(std::span<const std::byte>()), {}));
+          tickets.push_back(
+              service_.call(r, kIdle, 0, public_value(std::span<const std::byte>()), {}));
         }
         for (int ticket : tickets) service_.wait(ticket);
         continue;

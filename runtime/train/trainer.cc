@@ -120,7 +120,9 @@ std::vector<double> Trainer::peer_epsilons_of(const std::vector<RatesFrom>& rate
     dp::Accountant account = plan_.new_account();
     for (std::size_t k = 0; k < rates.size(); ++k) {
       const long long end = k + 1 < rates.size() ? std::min(t, rates[k + 1].from) : t;
-      if (end > rates[k].from) account.step(rates[k].peer_q[j], plan_.model_sigma, end - rates[k].from);
+      if (end > rates[k].from) {
+        account.step(rates[k].peer_q[j], plan_.model_sigma, end - rates[k].from);
+      }
     }
     out.push_back(account.spent(plan_.delta).epsilon);
   }

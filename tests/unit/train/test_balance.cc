@@ -121,7 +121,7 @@ TEST_CASE("shares capped at a rate: what a capped peer cannot take goes to the o
   // goes to the others in proportion (0.1 : 0.1 : 0.1), which stay under their caps.
   const auto capped = cap_shares({0.7, 0.1, 0.1, 0.1}, rows, 1000, 0.3);
   CHECK(capped[0] == doctest::Approx(0.3));
-  for (int j = 1; j < 4; ++j) CHECK(capped[static_cast<std::size_t>(j)] == doctest::Approx(0.7 / 3));
+  for (std::size_t j = 1; j < 4; ++j) CHECK(capped[j] == doctest::Approx(0.7 / 3));
   // Spreading may push another peer over its cap: both are held there, the rest takes the rest.
   const auto twice = cap_shares({0.5, 0.4, 0.05, 0.05}, rows, 1000, 0.3);
   CHECK(twice[0] == doctest::Approx(0.3));
