@@ -176,6 +176,8 @@ const data::Dataset& eval_split(const RunInputs& in) {
 void check_run(const RunInputs& in) {
   validate(in.config);
   check_algorithm(in, algo_info(in.config.algo));
+  check_buckets(in);
+  check_settings(in);
   const TrainConfig& c = in.config;
   if (c.dp && c.secure_noise && !c.secure_aggregation && world_of(in) > 1 &&
       algo_info(c.algo).release == dp::Release::summed &&
@@ -189,8 +191,6 @@ void check_run(const RunInputs& in) {
            "shares, whose sum is exactly Skellam), or an algorithm whose peers noise their own "
            "updates (gossip, ps-async, local-sgd, ad-psgd, partial-allreduce)");
   }
-  check_buckets(in);
-  check_settings(in);
   if (world_of(in) == 1 && in.config.servers != 1) {
     refuse("/servers: " + std::to_string(in.config.servers) + " server ranks, but this run has "
            "one peer, which trains alone with no server (leave it out, or give a hosts file)");
