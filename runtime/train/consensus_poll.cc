@@ -88,9 +88,9 @@ void ConsensusPoll::serve() {
                                           Wire<const std::byte>, Reply& out) {
     if (r.op != kPoll) return;
     std::unique_lock lock(mu_);
-    asked_ = !closed_;
-    cv_.wait_for(lock, patience, [&] { return ready_ || closed_ || stopping_; });
-    const bool have = ready_ || closed_;
+    asked_ = !closed_ && !parked_;
+    cv_.wait_for(lock, patience, [&] { return ready_ || closed_ || parked_ || stopping_; });
+    const bool have = ready_ || closed_ || parked_;
     const std::int64_t step = have ? snap_step_ : kMissing;
     out.put(0, public_value(std::as_bytes(std::span(&step, 1))));
     if (have) out.put(kStepBytes, public_model(std::span<const float>(snap_)).bytes());
@@ -102,6 +102,7 @@ std::optional<ConsensusReport> ConsensusPoll::boundary(
     long long step, const Fill& fill, const std::function<ConsensusReport()>& head) {
   if (rank_ != 0) {
     std::unique_lock lock(mu_);
+    parked_ = false;  // the model moves on from here
     if (!asked_ || ready_) return std::nullopt;
     fill(snap_);  // under the lock: the responder reads snap_ once it is ready
     snap_step_ = step;
@@ -128,6 +129,17 @@ std::optional<ConsensusReport> ConsensusPoll::boundary(
   lock.unlock();
   cv_.notify_all();
   return out;
+}
+
+void ConsensusPoll::park(long long step, const Fill& fill) {
+  if (rank_ == 0) return;
+  {
+    std::lock_guard lock(mu_);
+    fill(snap_);
+    snap_step_ = step;
+    parked_ = true;
+  }
+  cv_.notify_all();
 }
 
 std::optional<ConsensusReport> ConsensusPoll::close(long long step, const Fill& fill) {

@@ -77,6 +77,10 @@ class ConsensusPoll {
   // rank 0 is waiting for it.
   std::optional<ConsensusReport> boundary(long long step, const Fill& fill,
                                           const std::function<ConsensusReport()>& head);
+  // Before this peer may wait long away from its steps (an epoch's end, where the peers meet; the
+  // algorithm's finish()): its model after `step` steps answers rank 0's requests until the next
+  // boundary, so that a report is not held up by a peer waiting for a slower one.
+  void park(long long step, const Fill& fill);
   // After the last step (and the algorithm's finish()): this peer's last model answers any
   // request from now on; rank 0 waits for the report in flight and returns it, then ends the
   // service. Every peer calls it.
@@ -103,7 +107,7 @@ class ConsensusPoll {
   std::mutex mu_;
   std::condition_variable cv_;
   // A server's side: a request waits for the training thread's model.
-  bool asked_ = false, ready_ = false, closed_ = false, stopping_ = false;
+  bool asked_ = false, ready_ = false, closed_ = false, parked_ = false, stopping_ = false;
   long long snap_step_ = 0;
   std::vector<float> snap_;  // this peer's model, for a reply (rank 0: for the next report)
   // Rank 0's side.

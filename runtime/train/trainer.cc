@@ -337,6 +337,7 @@ bool Trainer::run_epoch(Loop& loop, int epoch) {
     if (at_boundary(s, p, p.step == epoch_end(epoch - 1))) {
       loop.summary.stopped_at = p.step;
       pull_model(s, false);
+      park_poll(p.step);
       s.algorithm->finish(s.model.params());
       close_poll(loop);
       return false;
@@ -351,6 +352,7 @@ bool Trainer::run_epoch(Loop& loop, int epoch) {
     p.skipped = loop.summary.skipped_batches;
     report_consensus(loop, p.step + 1);
   }
+  park_poll(p.step);  // the epoch's end: the peers meet (and at the last, finish)
   if (p.step == plan_.steps) {
     pull_model(s, false);
     s.algorithm->finish(s.model.params());
@@ -387,6 +389,14 @@ void Trainer::report_epoch(Loop& loop, int epoch) {
   p.seen = p.correct = 0;
   p.epoch_dropped_before = p.dropped;
   p.epoch_skipped_before = p.skipped;
+}
+
+void Trainer::park_poll(long long step) {
+  if (!poll_) return;
+  RunState& s = *state_;
+  poll_->park(step, [&s](std::span<float> out) {
+    s.algorithm->current_model(s.model.params(), out);
+  });
 }
 
 void Trainer::close_poll(Loop& loop) {

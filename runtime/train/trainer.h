@@ -85,6 +85,9 @@ class Trainer {
   // the peers (consensus()), or for an asynchronous algorithm rank 0's poll of their models
   // (consensus_poll.h), which no peer waits for.
   void report_consensus(Loop& loop, long long round);
+  // Before a wait away from the steps (an epoch's end, the algorithm's finish()): the poll
+  // answers with this peer's model after `step` steps meanwhile.
+  void park_poll(long long step);
   // The poll's end, after the algorithm's finish(): its last report, if one is in flight.
   void close_poll(Loop& loop);
 
