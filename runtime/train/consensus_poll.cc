@@ -54,7 +54,7 @@ ConsensusPoll::ConsensusPoll(net::Transport& t, const model::MlpSpec& spec, long
       rank_(t.rank()),
       world_(t.world()),
       every_(every),
-      values_(model::Mlp(spec, 0).num_params()),
+      values_(static_cast<std::size_t>(spec.param_count())),
       eval_(eval),
       eval_rows_(std::min(eval_rows, eval.rows)),
       tracer_(tracer),

@@ -86,9 +86,6 @@ class ConsensusPoll {
   // service. Every peer calls it.
   std::optional<ConsensusReport> close(long long step, const Fill& fill);
 
-  long long made() const { return made_; }        // rank 0: reports finished
-  long long skipped() const { return skipped_; }  // rank 0: rounds skipped, the last being made
-
  private:
   void serve();
   void run();  // rank 0's thread

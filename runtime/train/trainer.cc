@@ -85,19 +85,24 @@ void Trainer::log_start() const {
   }
 }
 
-ConsensusReport Trainer::consensus(RunState& s, long long round, bool eval) const {
-  trace::Span span(in_.tracer, "consensus", "eval");
-  pull_model(s, false);
+ConsensusReport Trainer::consensus_head(const RunState& s, long long round) const {
   ConsensusReport r;
   r.round = round;
   r.epoch = static_cast<double>(round) * plan_.q;
-  r.consensus_distance = consensus_distance(*in_.comm, s.model.params(), s.scratch);
   const Spent e = spent(s, round);
   r.epsilon = e.model.epsilon;
   r.message_epsilon = e.messages;
   r.split = to_string(in_.config.eval_split);
   if (plan_.secure_aggregation) r.extra["peers_epsilon"] = e.messages;
   s.algorithm->annotate(r.extra, round, false);
+  return r;
+}
+
+ConsensusReport Trainer::consensus(RunState& s, long long round, bool eval) const {
+  trace::Span span(in_.tracer, "consensus", "eval");
+  pull_model(s, false);
+  ConsensusReport r = consensus_head(s, round);
+  r.consensus_distance = consensus_distance(*in_.comm, s.model.params(), s.scratch);
   if (eval && in_.config.metrics_eval_rows > 0) {
     // The mean of the iterates (left in s.scratch above), then each peer's own iterate.
     const std::size_t rows = static_cast<std::size_t>(in_.config.metrics_eval_rows);
@@ -256,15 +261,8 @@ void Trainer::report_consensus(Loop& loop, long long round) {
       s.algorithm->current_model(s.model.params(), out);
     };
     const auto head = [&] {
-      ConsensusReport r;
-      r.round = round;
-      r.epoch = static_cast<double>(round) * plan_.q;
+      ConsensusReport r = consensus_head(s, round);
       r.wall_s = seconds_since(s.start);
-      const Spent e = spent(s, round);
-      r.epsilon = e.model.epsilon;
-      r.message_epsilon = e.messages;
-      r.split = to_string(in_.config.eval_split);
-      s.algorithm->annotate(r.extra, round, false);
       return r;
     };
     if (auto r = poll_->boundary(round, fill, head); r && loop.on_consensus) loop.on_consensus(*r);

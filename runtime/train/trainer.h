@@ -122,6 +122,9 @@ class Trainer {
   void push_model(RunState& s) const;
 
   EpochReport evaluate_epoch(RunState& s, int epoch, long long t, const EpochTotals& totals) const;
+  // A consensus line's fields known without the other peers: round, epoch, the epsilons spent,
+  // the split and the algorithm's annotations.
+  ConsensusReport consensus_head(const RunState& s, long long round) const;
   // The spread of the peers' models, and with `eval` the models on metrics_eval_rows test rows.
   ConsensusReport consensus(RunState& s, long long round, bool eval) const;
   // What the released model and one peer's messages have spent after `t` steps: the run's
