@@ -101,12 +101,11 @@ Supervisor::~Supervisor() {
 void Supervisor::start_all() {
   for (size_t i = 0; i < children_.size(); ++i) {
     // A SIGINT or SIGTERM during start-up starts no one more; run() then stops those started.
+    // (A SIGCHLD, from a child started before that already exited, is no reason to stop.)
     if (signals_) {
       pollfd pending{signals_->fd(), POLLIN, 0};
-      if (::poll(&pending, 1, 0) > 0) {
-        on_signals();
-        return;
-      }
+      if (::poll(&pending, 1, 0) > 0) on_signals();
+      if (got_signal_ != 0) return;
     }
     const Child& c = children_[i];
     proc::SpawnOptions so;

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -69,7 +70,10 @@ Run run_children(const std::vector<Child>& children, SuperviseOptions o = {}) {
   Run r;
   o.out_fd = dir.out;
   o.err_fd = dir.err;
-  o.on_start = [&r](size_t, pid_t pid) { r.pids.push_back(pid); };
+  o.on_start = [&r, then = o.on_start](size_t i, pid_t pid) {
+    r.pids.push_back(pid);
+    if (then) then(i, pid);
+  };
   const auto t0 = Clock::now();
   r.rc = dpg::app::supervise(children, o);
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -113,7 +117,26 @@ TEST_CASE("launch: lines from several busy children stay whole") {
     else ++bad;
   }
   CHECK(bad == 0);
-  for (const char* label : {"0", "1", "2"}) CHECK(count[label] == 2000);
+  CAPTURE(r.err);
+  for (const std::string label : {"0", "1", "2"}) {
+    CAPTURE(label);
+    CHECK(count[label] == 2000);
+  }
+}
+
+TEST_CASE("launch: a child that exits during start-up does not stop the others from starting") {
+  // Rank 0 is done before rank 1 starts: its SIGCHLD is pending then, and is no reason to stop.
+  SuperviseOptions o;
+  o.on_start = [](size_t i, pid_t pid) {
+    if (i != 0) return;
+    siginfo_t info{};
+    ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT);  // exited, not reaped
+  };
+  const Run r = run_children({sh("0", "echo zero"), sh("1", "echo one")}, o);
+  CHECK(r.rc == 0);
+  CHECK(r.pids.size() == 2);
+  CHECK(r.out.find("[0] zero\n") != std::string::npos);
+  CHECK(r.out.find("[1] one\n") != std::string::npos);
 }
 
 TEST_CASE("launch: a partial last line is flushed at end of file; long lines are split") {
