@@ -156,7 +156,7 @@ Process Process::spawn(const Command& command, const SpawnOptions& o) {
   if (::pipe2(report, O_CLOEXEC) != 0)
     fail(Code::unavailable, what + ": pipe: " + errno_text(errno));
   fds.add(report[0]);
-  fds.add(report[1]);
+  int& report_write = fds.add(report[1]);  // closed through `fds`, so that it is closed once
 
   // Every signal blocked across fork: no handler of this process may run in the child before
   // it has put the defaults back.
@@ -176,7 +176,7 @@ Process Process::spawn(const Command& command, const SpawnOptions& o) {
   child.stop_grace_ = o.stop_grace;
   // Also here, so that the group exists before anyone signals it (the child may not have run).
   if (o.own_process_group) ::setpgid(pid, pid);
-  close_fd(report[1]);
+  close_fd(report_write);
   int exec_errno = 0;
   ssize_t n;
   while ((n = ::read(report[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
