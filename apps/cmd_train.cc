@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "apps/commands.h"
 #include "apps/config_flags.h"
@@ -19,6 +20,7 @@
 #include "apps/emulation.h"
 #include "apps/gossip_setup.h"
 #include "apps/guards.h"
+#include "apps/status_page.h"
 #include "apps/trace_output.h"
 #include "apps/transport_setup.h"
 #include "runtime/core/error.h"
@@ -66,6 +68,10 @@ struct TrainFlags {
   std::optional<int> rank;      // default: from the launcher's environment
   bool tls = false;             // TLS on every connection, with the hosts file's certificates
   EmulationFlags emulation;     // --network, --link, --slowdown
+  // The live status page (docs/STATUS.md), served by rank 0 only.
+  std::optional<std::uint16_t> status_port;
+  std::string status_address = "127.0.0.1";
+  double status_linger_s = 0;   // seconds rank 0 keeps serving once the run has ended
 };
 
 // Applies each flag that was given on the command line over the config read from the file.
@@ -273,6 +279,53 @@ void print_summary(const TrainConfig& c, const train::TrainSummary& summary,
             << train::throughput_text(summary.samples_per_second) << "\n";
 }
 
+// Rank 0's status page, for --status-port (docs/STATUS.md): listening from the set-up on, so
+// that a port in use fails the run before any peer is connected.
+std::unique_ptr<StatusPage> listen_status(const TrainFlags& flags, const Peers& peers) {
+  if (!flags.status_port || peers.rank != 0) return nullptr;
+  StatusListen listen;
+  listen.address = flags.status_address;
+  listen.port = *flags.status_port;
+  if (listen.address != "127.0.0.1" && listen.address != "::1") listen.token = peers.hosts.secret;
+  auto page = std::make_unique<StatusPage>(listen);
+  DPG_INFO("train: status page on http://" << flags.status_address << ":" << page->port() << "/"
+           << (listen.token.empty() ? "" : " (bearer token: the cluster secret)"));
+  return page;
+}
+
+// The run's facts on the page once its plan is made. Each peer's epsilon while the run goes
+// on is the plan's at rank 0's step, where the plan's rates hold for every step so far: not
+// after --balance-every changes them, nor on a resume (which charges replayed steps).
+void start_status(StatusPage& page, const TrainFlags& flags, const TrainConfig& c,
+                  const std::string& run, const Peers& peers, const train::AlgoInfo& algo,
+                  const std::vector<train::GossipPhase>& graphs, const dp::PrivacyPlan& plan) {
+  RunFacts f;
+  f.run = run;
+  f.config = &c;
+  f.hosts = &peers.hosts;
+  f.world = peers.world();
+  f.tls = flags.tls;
+  f.synchronous = !algo.asynchronous;
+  f.phases = &graphs;
+  f.plan = &plan;
+  const bool plan_holds = c.dp && c.balance_every == 0 && !c.resume;
+  page.board().start(status_facts(f), [&plan, plan_holds](long long step) -> Json {
+    if (!plan_holds) return nullptr;
+    return plan.peer_epsilons_after(step);
+  });
+}
+
+// Keeps rank 0's status page up for --status-linger seconds after the run (a second SIGINT or
+// SIGTERM ends the wait).
+void linger(const TrainFlags& flags, StatusPage* page) {
+  if (page == nullptr || flags.status_linger_s <= 0) return;
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::duration<double>(flags.status_linger_s);
+  while (std::chrono::steady_clock::now() < end && !g_stop_requested.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   set_activity(flags.config_file.empty() ? "reading the flags"
                                          : "reading " + flags.config_file + " and the flags");
@@ -291,6 +344,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   const Peers peers = peers_for(c, flags);
   if (peers.world() > 1) log::set_origin(peers.rank);  // every later line names host, pid, rank
   check_noise_seed(c, peers.world());
+  const std::unique_ptr<StatusPage> status = listen_status(flags, peers);  // rank 0's, or null
   // One voice per run: other ranks report only warnings and errors.
   if (peers.rank != 0 && log::level() > log::Level::warn) log::set_level(log::Level::warn);
   DPG_INFO("train: " << describe(c));
@@ -368,10 +422,15 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   in.backends = device_backends(c);
   in.slowdown = slowdown;
   in.hooks.stop = &g_stop_requested;
-  train::Trainer trainer(std::move(in));
   const bool reporter = peers.rank == 0;
+  if (status) {
+    in.hooks.step = [&status](long long t, std::span<const float>) { status->board().on_step(t); };
+  }
+  const std::vector<train::GossipPhase> graphs = in.phases;
+  train::Trainer trainer(std::move(in));
   const int epochs = epoch_count(c);
   const std::string run = c.run_name.empty() ? default_run_name(c, peers.world()) : c.run_name;
+  if (status) start_status(*status, flags, c, run, peers, algo, graphs, trainer.plan());
   auto metrics_line = [&](Json line, const char* kind) {
     line["run"] = run;
     line["kind"] = kind;
@@ -379,18 +438,37 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
     line["rank"] = 0;
     line["peers"] = peers.world();
     append_metrics(c.metrics, line);
+    if (!status) return;
+    if (line["kind"] == "epoch") status->board().add_epoch(line);
+    else if (line["kind"] == "consensus") status->board().add_consensus(line);
+    else status->board().finish(line);
   };
-  const auto summary = trainer.run(
-      [&](const train::EpochReport& r) {
-        if (!reporter) return;
-        std::cerr << train::progress_line(r, epochs) << std::endl;
-        metrics_line(r.to_json(), "epoch");
-      },
-      [&](const train::ConsensusReport& r) {
-        if (reporter) metrics_line(r.to_json(), "consensus");
-      });
+  train::TrainSummary summary;
+  try {
+    summary = trainer.run(
+        [&](const train::EpochReport& r) {
+          if (!reporter) return;
+          std::cerr << train::progress_line(r, epochs) << std::endl;
+          metrics_line(r.to_json(), "epoch");
+        },
+        [&](const train::ConsensusReport& r) {
+          if (reporter) metrics_line(r.to_json(), "consensus");
+        });
+  } catch (const std::exception& e) {
+    if (status) {
+      status->board().fail(e.what());
+      linger(flags, status.get());
+    }
+    throw;
+  }
   finish_trace(tracer, comm, c.trace);
   if (!reporter) return;
+  // The page keeps serving the end of the run for --status-linger seconds.
+  struct Linger {
+    const TrainFlags& flags;
+    StatusPage* page;
+    ~Linger() { linger(flags, page); }
+  } keep_serving{flags, status.get()};
   if (summary.already_finished) {  // nothing ran: no metrics line, no summary of this call
     if (flags.json) {
       std::cout << Json{{"run", run}, {"already_finished", true}, {"steps", summary.steps},
@@ -408,7 +486,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   if (balanced) s["balance"] = balanced->to_json();
   if (plan.peers > 1) s["peer_q"] = plan.peer_q;
   const bool stopped = summary.stopped_at >= 0;
-  if (!c.metrics.empty()) {
+  if (!c.metrics.empty() || status) {
     Json line = s;
     line.erase("accountant");
     metrics_line(line, stopped ? "stopped" : "summary");
@@ -440,6 +518,18 @@ void add_train(CLI::App& app) {
                 "TLS on every connection: the hosts file's tls.ca_file and each peer's "
                 "certificate and key (docs/SECURITY.md); every peer must use it");
   add_network_flags(*cmd, f->emulation, true);
+  cmd->add_option("--status-port", f->status_port,
+                  "rank 0 serves a live status page, /api/status and /metrics on this port "
+                  "(0: a free one, logged); docs/STATUS.md")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--status-address", f->status_address,
+                  "the status page's address (default 127.0.0.1); another one needs the hosts "
+                  "file's secret, which clients send as a bearer token")
+      ->needs("--status-port");
+  cmd->add_option("--status-linger", f->status_linger_s,
+                  "seconds rank 0 keeps serving the status page once the run has ended")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->needs("--status-port");
   cmd->callback([cmd, f] { run_train(*cmd, *f); });
 }
 

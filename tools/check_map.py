@@ -51,10 +51,13 @@ ROOMS = {
     "runtime/train": ["runtime/core", "runtime/data", "runtime/net", "runtime/collective",
                       "runtime/model", "topology", "dp"],
     "runtime/process": ["runtime/core"],
+    # The status page's HTTP server: handlers in, responses out; it knows no run.
+    "runtime/http": ["runtime/core"],
     "topology": ["runtime/core"],
     "dp": ["runtime/core"],
     # apps/ picks the concrete transports and backends; the in-process fabric is for tests only.
-    "apps": RUNTIME + ["runtime/net/tcp", "runtime/net/shm", "topology", "dp", "apps/bench"],
+    "apps": RUNTIME + ["runtime/net/tcp", "runtime/net/shm", "runtime/http", "topology", "dp",
+                       "apps/bench"],
     "apps/bench": RUNTIME + ["runtime/net/tcp", "runtime/net/shm", "topology", "dp", "apps"],
     # The baseline programs link no dpgossip library but the process supervisor.
     "tools": ["runtime/core", "runtime/process"],
@@ -68,7 +71,8 @@ SOURCE_EXT = (".h", ".hpp", ".cc", ".cpp", ".cu", ".cuh")
 # include them.
 CUDA_ROOMS = ["runtime/model/cuda", "runtime/collective/nccl", "tests"]
 THIRD_PARTY = [
-    (r"boost/asio", ["runtime/net/tcp"], "Asio: only the TCP transport"),
+    (r"boost/(asio|beast)", ["runtime/net/tcp", "runtime/http"],
+     "Asio and Beast: only the TCP transport and the status page's HTTP server"),
     (r"openssl/ssl\.h", ["runtime/net/tcp"], "TLS streams: only the TCP transport"),
     (r"(cuda|cublas|curand|nccl|thrust/|cub/)", CUDA_ROOMS,
      "CUDA, NCCL and Thrust: only */cuda/, runtime/collective/nccl and their tests"),

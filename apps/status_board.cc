@@ -1,0 +1,179 @@
+#include "apps/status_board.h"
+
+#include <cmath>
+#include <sstream>
+#include <utility>
+
+namespace dpg::app {
+namespace {
+
+// A label value in Prometheus's text format: backslash, double quote and newline escaped.
+std::string label_value(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    if (ch == '\\') out += "\\\\";
+    else if (ch == '"') out += "\\\"";
+    else if (ch == '\n') out += "\\n";
+    else out += ch;
+  }
+  return out;
+}
+
+// A sample value: Prometheus spells the non-finite ones +Inf, -Inf and NaN.
+std::string sample_value(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  std::ostringstream out;
+  out.precision(17);
+  out << v;
+  return out.str();
+}
+
+// A number from a metrics line; JSON has no infinity, so an epsilon without DP is written
+// null there (the summary's "epsilon": null) and read back as +Inf.
+double number(const Json& line, const char* key) {
+  if (!line.is_object() || !line.contains(key)) return std::nan("");
+  const Json& v = line[key];
+  if (v.is_number()) return v.get<double>();
+  if (v.is_null()) return INFINITY;
+  return std::nan("");
+}
+
+class Text {
+ public:
+  explicit Text(std::string run) : run_(label_value(run)) {}
+  void family(const char* name, const char* type, const char* help) {
+    name_ = name;
+    out_ << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+  }
+  void sample(double v, const std::string& labels = "") {
+    out_ << name_ << "{run=\"" << run_ << '"' << (labels.empty() ? "" : ",") << labels << "} "
+         << sample_value(v) << '\n';
+  }
+  std::string str() const { return out_.str(); }
+
+ private:
+  std::string run_, name_;
+  std::ostringstream out_;
+};
+
+}  // namespace
+
+void StatusBoard::start(Json facts, PeerEpsilons peer_epsilons) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  facts_ = std::move(facts);
+  peer_epsilons_ = std::move(peer_epsilons);
+}
+
+void StatusBoard::on_step(long long step) {
+  step_.store(step);
+  last_step_ns_.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
+}
+
+void StatusBoard::add_epoch(const Json& line) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  epochs_.push_back(line);
+}
+
+void StatusBoard::add_consensus(const Json& line) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (consensus_.size() >= kConsensusKept) {
+    consensus_.erase(consensus_.begin(), consensus_.begin() + kConsensusKept / 2);
+    consensus_dropped_ += kConsensusKept / 2;
+  }
+  consensus_.push_back(line);
+}
+
+void StatusBoard::finish(const Json& summary) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  summary_ = summary;
+}
+
+void StatusBoard::fail(const std::string& why) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  failure_ = why.empty() ? "failed" : why;
+}
+
+Json StatusBoard::peer_epsilons_at(long long step) const {
+  if (!summary_.is_null() && summary_.contains("peer_epsilons")) return summary_["peer_epsilons"];
+  if (!peer_epsilons_) return nullptr;
+  if (step != cached_step_) {
+    cached_epsilons_ = peer_epsilons_(step);
+    cached_step_ = step;
+  }
+  return cached_epsilons_;
+}
+
+Json StatusBoard::status() const {
+  const long long step = step_.load();
+  const long long last_ns = last_step_ns_.load();
+  const double wall_s = std::chrono::duration<double>(Clock::now() - start_).count();
+  const std::lock_guard<std::mutex> lock(mutex_);
+  Json s;
+  s["facts"] = facts_;
+  s["state"] = !failure_.empty()            ? "failed"
+               : facts_.is_null()           ? "starting"
+               : summary_.is_null()         ? "running"
+               : summary_["kind"] == "stopped" ? "stopped"
+                                            : "finished";
+  if (!failure_.empty()) s["failure"] = failure_;
+  s["step"] = step;
+  s["wall_s"] = wall_s;
+  s["seconds_since_step"] = last_ns < 0 ? Json(nullptr) : Json(wall_s - last_ns * 1e-9);
+  s["peer_epsilons"] = peer_epsilons_at(step);
+  s["epochs"] = epochs_;
+  s["consensus"] = consensus_;
+  s["consensus_dropped"] = consensus_dropped_;
+  s["summary"] = summary_;
+  return s;
+}
+
+std::string StatusBoard::prometheus() const {
+  const Json s = status();
+  const Json facts = s["facts"].is_null() ? Json::object() : s["facts"];
+  Text t(facts.value("run", std::string()));
+  const Json last_epoch = s["epochs"].empty() ? Json() : s["epochs"].back();
+  const Json& summary = s["summary"];
+  // The latest released figures: the summary's at the end, else the last epoch line's.
+  const Json& latest = summary.is_null() ? last_epoch : summary;
+
+  t.family("dpgossip_peers", "gauge", "Peers in the run.");
+  if (facts.contains("peers")) t.sample(facts.value("peers", 0));
+  t.family("dpgossip_steps", "gauge", "Steps rank 0 has taken.");
+  t.sample(static_cast<double>(s["step"].get<long long>()));
+  t.family("dpgossip_planned_steps", "gauge", "Steps the run is planned for.");
+  if (facts.contains("privacy")) t.sample(facts["privacy"].value("steps", 0.0));
+  t.family("dpgossip_epochs", "gauge", "Epochs reported so far.");
+  t.sample(static_cast<double>(s["epochs"].size()));
+  t.family("dpgossip_epsilon", "gauge",
+           "Epsilon spent so far at the plan's delta, as last released: for one peer's data in "
+           "the released model, and in one peer's messages (+Inf without DP).");
+  if (!latest.is_null()) {
+    t.sample(number(latest, "epsilon"), "released=\"model\"");
+    t.sample(number(latest, "message_epsilon"), "released=\"messages\"");
+  }
+  t.family("dpgossip_peer_epsilon", "gauge", "Each peer's epsilon for its own data.");
+  if (s["peer_epsilons"].is_array()) {
+    for (std::size_t r = 0; r < s["peer_epsilons"].size(); ++r) {
+      const Json& v = s["peer_epsilons"][r];
+      t.sample(v.is_number() ? v.get<double>() : INFINITY, "peer=\"" + std::to_string(r) + "\"");
+    }
+  }
+  t.family("dpgossip_samples_per_second", "gauge", "Training throughput, as last released.");
+  if (!latest.is_null()) t.sample(number(latest, "samples_per_second"));
+  t.family("dpgossip_test_accuracy", "gauge", "The released model's accuracy, as last released.");
+  if (!latest.is_null()) t.sample(number(latest, "test_accuracy"));
+  t.family("dpgossip_consensus_distance", "gauge",
+           "The spread of the peers' models, as last released (replicas that differ only).");
+  const Json last_consensus = s["consensus"].empty() ? last_epoch : s["consensus"].back();
+  const double spread = number(last_consensus, "consensus_distance");
+  if (std::isfinite(spread) && spread >= 0) t.sample(spread);
+  t.family("dpgossip_running", "gauge", "1 while the run trains, 0 once it has ended.");
+  t.sample(s["state"] == "running" ? 1 : 0);
+  t.family("dpgossip_failures", "gauge", "1 when the run failed (the page says why).");
+  t.sample(s["state"] == "failed" ? 1 : 0);
+  return t.str();
+}
+
+}  // namespace dpg::app

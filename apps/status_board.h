@@ -1,0 +1,64 @@
+// What the live status page shows (docs/STATUS.md): the run's public facts, set once at the
+// start, and what rank 0 releases as it trains (its step, the epoch and consensus lines, the
+// summary). Nothing else reaches it, so the page shows only what the run already publishes.
+// Written by rank 0's training thread, read by the page's server thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/core/json_io.h"
+
+namespace dpg::app {
+
+class StatusBoard {
+ public:
+  // Each peer's epsilon for its data after `step` steps, in rank order; null where it cannot
+  // be said while the run goes on (then the page waits for the summary).
+  using PeerEpsilons = std::function<Json(long long step)>;
+
+  // Until start(), the page says the run is being set up (connecting, calibrating).
+  StatusBoard() = default;
+  // facts: the run, its peers, graphs and privacy plan (status_facts() in status_page.h).
+  void start(Json facts, PeerEpsilons peer_epsilons);
+
+  // Rank 0's training thread at each step: a store, never a wait.
+  void on_step(long long step);
+  void add_epoch(const Json& line);
+  void add_consensus(const Json& line);
+  // The run's end: its summary line ("summary" or "stopped"), or why it failed.
+  void finish(const Json& summary);
+  void fail(const std::string& why);
+
+  Json status() const;                 // the /api/status document
+  std::string prometheus() const;      // the /metrics text (Prometheus's format 0.0.4)
+
+  // Kept in memory: the last this many consensus lines (a run of a million steps with
+  // --metrics-every 1 must not grow the page's memory without bound).
+  static constexpr std::size_t kConsensusKept = 2000;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Json peer_epsilons_at(long long step) const;  // under mutex_, cached per step
+
+  const Clock::time_point start_ = Clock::now();
+  std::atomic<long long> step_{0};
+  std::atomic<long long> last_step_ns_{-1};  // since start_, of the last on_step
+
+  mutable std::mutex mutex_;
+  Json facts_;  // null until start()
+  PeerEpsilons peer_epsilons_;
+  std::vector<Json> epochs_;
+  std::vector<Json> consensus_;
+  long long consensus_dropped_ = 0;
+  Json summary_;           // null until the end
+  std::string failure_;    // empty unless the run failed
+  mutable long long cached_step_ = -1;
+  mutable Json cached_epsilons_;
+};
+
+}  // namespace dpg::app

@@ -1,0 +1,193 @@
+// The live status page: one HTML document with its script and style, no outside resource. It
+// polls /api/status every 1.5 s and draws the peers' table, the graph and the curves as plain
+// SVG. A token given as #token=... in the address is sent as a bearer token.
+#include "apps/status_page.h"
+
+namespace dpg::app {
+
+const std::string& status_html() {
+  static const std::string page = R"HTML(<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>dpgossip run</title>
+<style>
+body{font:14px system-ui,sans-serif;margin:16px;color:#222;background:#fafafa}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:15px;margin:18px 0 6px}
+.facts span{margin-right:18px} .bad{color:#b00} .note{color:#666;font-size:12px}
+table{border-collapse:collapse;background:#fff} td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#eee} td.l,th.l{text-align:left}
+.grid{display:flex;flex-wrap:wrap;gap:16px} .card{background:#fff;border:1px solid #ccc;padding:8px}
+svg text{font-size:11px;fill:#333} .axis{stroke:#999} .c0{stroke:#1f77b4;fill:none;stroke-width:2}
+.c1{stroke:#d62728;fill:none;stroke-width:1.5;stroke-dasharray:5 3} .band{fill:#1f77b4;opacity:.15}
+.edge{stroke:#888} .node{fill:#1f77b4} .node.failed{fill:#b00}
+</style></head><body>
+<h1 id="title">dpgossip run</h1>
+<div class="facts" id="facts">waiting for the first status...</div>
+<div id="failure" class="bad"></div>
+<h2>Peers</h2><table id="peers"><thead><tr><th>rank</th><th class="l">host</th><th class="l">transport</th>
+<th>step</th><th>epsilon (its data)</th><th class="l">state</th></tr></thead><tbody></tbody></table>
+<div class="note" id="peers-note"></div>
+<div class="grid">
+<div class="card"><h2>Topology</h2><svg id="graph" width="300" height="300"></svg><div id="graph-note" class="note"></div></div>
+<div class="card"><h2 id="acc-title">Test accuracy</h2><svg id="acc" width="420" height="260"></svg><div class="note" id="acc-note"></div></div>
+<div class="card"><h2>Privacy spent</h2><svg id="eps" width="420" height="260"></svg><div class="note" id="eps-note"></div></div>
+<div class="card"><h2>Consensus distance</h2><svg id="cons" width="420" height="260"></svg><div class="note" id="cons-note"></div></div>
+</div>
+<p class="note" id="updated"></p>
+<script>
+"use strict";
+const token = (location.hash.match(/token=([^&]+)/) || [])[1];
+const NS = "http://www.w3.org/2000/svg";
+function el(tag, attrs, text) {
+  const e = document.createElementNS(NS, tag);
+  for (const k in attrs) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+function fmt(v, d) {
+  if (v === null || v === undefined) return "\u2013";
+  if (typeof v !== "number") return String(v);
+  if (!isFinite(v)) return "\u221e";
+  return v.toFixed(d === undefined ? 3 : d);
+}
+function text(id, s) { document.getElementById(id).textContent = s; }
+// series: [{points: [[x, y]...], cls, band: [[x, lo, hi]...]}]; log: a log-scale y axis.
+function chart(id, xlabel, series, log) {
+  const svg = document.getElementById(id);
+  while (svg.firstChild) svg.removeChild(svg.firstChild);
+  const W = +svg.getAttribute("width"), H = +svg.getAttribute("height"), L = 52, B = 34, T = 8, R = 10;
+  const ys = [], xs = [];
+  for (const s of series) {
+    for (const p of s.points || []) { xs.push(p[0]); ys.push(p[1]); }
+    for (const p of s.band || []) { xs.push(p[0]); ys.push(p[1], p[2]); }
+  }
+  const fy = ys.filter(y => isFinite(y) && (!log || y > 0));
+  if (xs.length === 0 || fy.length === 0) { svg.appendChild(el("text", {x: L, y: H / 2}, "no data yet")); return; }
+  const tx = v => log ? Math.log10(v) : v;
+  let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...fy.map(tx)), y1 = Math.max(...fy.map(tx));
+  if (x1 === x0) x1 = x0 + 1;
+  if (y1 === y0) { y1 = y0 + 1; if (!log) y0 = y0 - 1; }
+  const X = x => L + (x - x0) / (x1 - x0) * (W - L - R), Y = y => H - B - (tx(y) - y0) / (y1 - y0) * (H - B - T);
+  svg.appendChild(el("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, class: "axis"}));
+  svg.appendChild(el("line", {x1: L, y1: T, x2: L, y2: H - B, class: "axis"}));
+  for (let i = 0; i <= 4; ++i) {
+    const yv = y0 + (y1 - y0) * i / 4, xv = x0 + (x1 - x0) * i / 4;
+    const yl = log ? Math.pow(10, yv).toPrecision(2) : yv.toPrecision(3);
+    svg.appendChild(el("text", {x: 2, y: H - B - (H - B - T) * i / 4 + 4}, yl));
+    svg.appendChild(el("text", {x: L + (W - L - R) * i / 4 - 8, y: H - B + 14}, xv.toPrecision(3)));
+  }
+  svg.appendChild(el("text", {x: W / 2 - 20, y: H - 4}, xlabel));
+  for (const s of series) {
+    const ok = p => isFinite(p[1]) && (!log || p[1] > 0);
+    if (s.band && s.band.length) {
+      const up = s.band.map(p => X(p[0]) + "," + Y(p[2])), down = s.band.slice().reverse().map(p => X(p[0]) + "," + Y(p[1]));
+      svg.appendChild(el("polygon", {points: up.concat(down).join(" "), class: "band"}));
+    }
+    const pts = (s.points || []).filter(ok).map(p => X(p[0]) + "," + Y(p[1]));
+    if (pts.length) svg.appendChild(el("polyline", {points: pts.join(" "), class: s.cls}));
+  }
+}
+function graph(facts, failed) {
+  const svg = document.getElementById("graph");
+  while (svg.firstChild) svg.removeChild(svg.firstChild);
+  const n = facts.peers, g = (facts.graphs || [])[0];
+  const pos = r => [150 + 120 * Math.cos(2 * Math.PI * r / n - Math.PI / 2), 150 + 120 * Math.sin(2 * Math.PI * r / n - Math.PI / 2)];
+  if (g) for (const [i, j] of g.edges) {
+    const a = pos(i), b = pos(j);
+    svg.appendChild(el("line", {x1: a[0], y1: a[1], x2: b[0], y2: b[1], class: "edge"}));
+  }
+  for (let r = 0; r < n; ++r) {
+    const p = pos(r);
+    svg.appendChild(el("circle", {cx: p[0], cy: p[1], r: n > 32 ? 3 : 9, class: "node" + (failed ? " failed" : "")}));
+    if (n <= 32) svg.appendChild(el("text", {x: p[0] + 11, y: p[1] + 4}, String(r)));
+  }
+  text("graph-note", g ? g.label + ": spectral gap " + fmt(g.spectral_gap) + ", rho " + fmt(g.rho) +
+       ((facts.graphs.length > 1) ? " (first of " + facts.graphs.length + " phases)" : "")
+       : "every peer talks to every other (" + facts.algo + ")");
+}
+function render(s) {
+  if (!s.facts) {
+    text("facts", s.state === "failed" ? "" : "setting up the run: connecting the peers, calibrating the noise");
+    text("failure", s.failure ? "failed: " + s.failure : "");
+    return;
+  }
+  const f = s.facts, last = s.epochs.length ? s.epochs[s.epochs.length - 1] : null;
+  const latest = s.summary || last;
+  text("title", "dpgossip run " + f.run);
+  document.getElementById("facts").innerHTML = "";
+  const facts = [["state", s.state], ["algorithm", f.algo], ["peers", f.peers], ["step", s.step + " of " + f.privacy.steps],
+    ["epsilon (model)", fmt(latest ? latest.epsilon : null)], ["epsilon (messages)", fmt(latest ? latest.message_epsilon : null)],
+    ["target", fmt(f.privacy.target_epsilon) + " at delta " + f.privacy.delta], ["samples/s", fmt(latest ? latest.samples_per_second : null, 0)],
+    ["wall", fmt(s.wall_s, 0) + " s"]];
+  for (const [k, v] of facts) {
+    const sp = document.createElement("span");
+    sp.id = "fact-" + k.replace(/[^a-z]/g, "");
+    sp.textContent = k + ": " + v;
+    document.getElementById("facts").appendChild(sp);
+  }
+  text("failure", s.failure ? "failed: " + s.failure : "");
+  // Each peer's step: rank 0's own, and the others' as the last consensus line saw them.
+  const lastc = s.consensus.length ? s.consensus[s.consensus.length - 1] : null;
+  const steps = lastc && lastc.peer_steps ? lastc.peer_steps : null;
+  const body = document.querySelector("#peers tbody");
+  body.innerHTML = "";
+  for (const p of f.peer_list) {
+    const tr = document.createElement("tr");
+    const step = p.rank === 0 ? s.step : steps ? steps[p.rank] : f.peers_in_step ? "\u2248 " + s.step : null;
+    const eps = s.peer_epsilons ? s.peer_epsilons[p.rank] : null;
+    const state = s.state === "running" ? (p.rank === 0 || !steps || steps[p.rank] !== null ? "running" : "not heard in the last report") : s.state;
+    for (const [v, cls] of [[p.rank, ""], [p.host, "l"], [p.transport, "l"], [step, ""], [fmt(eps), ""], [state, "l"]]) {
+      const td = document.createElement("td");
+      td.textContent = v === null || v === undefined ? "\u2013" : v;
+      if (cls) td.className = cls;
+      tr.appendChild(td);
+    }
+    body.appendChild(tr);
+  }
+  text("peers-note", f.peers_in_step ? "A synchronous algorithm: every peer waits for the others (gossip: for its neighbours) at each step, so the peers stay within a few steps of rank 0." :
+       steps ? "Other peers' steps as of the last consensus report (round " + lastc.round + ")." : "");
+  graph(f, s.state === "failed");
+  const split = last && last.split === "validation" ? "validation" : "test";
+  text("acc-title", (split === "validation" ? "Validation" : "Test") + " accuracy");
+  const acc = s.epochs.map(e => [e.epoch, e[split + "_accuracy"]]);
+  const band = s.epochs.filter(e => e["peer_" + split + "_accuracy"] && e["peer_" + split + "_accuracy"].length)
+    .map(e => [e.epoch, Math.min(...e["peer_" + split + "_accuracy"]), Math.max(...e["peer_" + split + "_accuracy"])]);
+  chart("acc", "epoch", [{points: acc, cls: "c0", band: band}]);
+  text("acc-note", "line: the released model" + (band.length ? "; band: the peers' own models, lowest to highest" : "") +
+       (last && last.train_metrics === "unprotected" ? ". This run also publishes its training loss and accuracy (not covered by epsilon)." : ""));
+  const spent = s.epochs.map(e => [e.step, e.epsilon]);
+  chart("eps", "step", [{points: spent, cls: "c0"}, {points: f.privacy.plan, cls: "c1"}]);
+  text("eps-note", "line: spent (model); dashed: the plan to the end, at the start's rates");
+  const pts = s.consensus.filter(c => c.consensus_distance >= 0).map(c => [c.round, c.consensus_distance]);
+  const rho = f.graphs && f.graphs.length ? f.graphs[0].rho : null;
+  // How a spread left alone decays on the graph: rho^t from the largest measured point, drawn
+  // down to a thousandth of it (the new noise and gradients of every step keep the measured one up).
+  let top = null;
+  for (const p of pts) if (top === null || p[1] > top[1]) top = p;
+  const pred = [];
+  if (top && rho !== null && rho < 1) {
+    for (const p of pts) {
+      const v = top[1] * Math.pow(rho, p[0] - top[0]);
+      if (p[0] >= top[0] && v >= top[1] / 1000) pred.push([p[0], v]);
+    }
+  }
+  chart("cons", "step", [{points: pts, cls: "c0"}, {points: pred, cls: "c1"}], true);
+  text("cons-note", pts.length ? "line: measured; dashed: rho^t from the largest point, the decay of a spread that no new noise or gradient renews" :
+       "this algorithm's replicas are equal (no consensus lines)" );
+  text("updated", "updated " + new Date().toLocaleTimeString());
+}
+async function poll() {
+  try {
+    const r = await fetch("/api/status", {headers: token ? {Authorization: "Bearer " + token} : {}});
+    if (!r.ok) throw new Error("HTTP " + r.status);
+    render(await r.json());
+  } catch (e) {
+    text("updated", "cannot reach the run: " + e.message);
+  }
+  setTimeout(poll, 1500);
+}
+poll();
+</script></body></html>
+)HTML";
+  return page;
+}
+
+}  // namespace dpg::app
