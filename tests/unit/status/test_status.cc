@@ -1,0 +1,396 @@
+// The status page's HTTP server (runtime/http) and what it serves (apps/status_*): routes and
+// token, the bounds on every client, the board's JSON and Prometheus text.
+#include <arpa/inet.h>
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/status_page.h"
+#include "dp/privacy_plan.h"
+#include "runtime/http/server.h"
+#include "topology/generators.h"
+#include "topology/schedule.h"
+
+using namespace dpg;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+// A raw client: a socket to 127.0.0.1:port, closed when it goes.
+struct Client {
+  int fd = -1;
+  explicit Client(std::uint16_t port) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  }
+  ~Client() {
+    if (fd >= 0) ::close(fd);
+  }
+  Client(const Client&) = delete;
+  Client(Client&& o) noexcept : fd(o.fd) { o.fd = -1; }
+  void send(const std::string& bytes) const {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (n <= 0) return;  // the server closed: the caller reads what it said
+      done += static_cast<size_t>(n);
+    }
+  }
+  // Everything until the server closes or `within` passes.
+  std::string read_all(milliseconds within = milliseconds(5000)) const {
+    std::string out;
+    const auto end = Clock::now() + within;
+    char buf[65536];
+    while (Clock::now() < end) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+  // One whole response on a kept-alive connection: the header, then Content-Length bytes.
+  std::string read_response() const {
+    std::string out;
+    char ch;
+    const auto end = Clock::now() + milliseconds(5000);
+    while (out.find("\r\n\r\n") == std::string::npos && Clock::now() < end) {
+      if (::recv(fd, &ch, 1, 0) != 1) return out;
+      out += ch;
+    }
+    std::smatch m;
+    const std::regex length("Content-Length: ([0-9]+)", std::regex::icase);
+    if (!std::regex_search(out, m, length)) return out;
+    size_t want = std::stoul(m[1]);
+    while (want > 0 && Clock::now() < end) {
+      if (::recv(fd, &ch, 1, 0) != 1) break;
+      out += ch;
+      --want;
+    }
+    return out;
+  }
+};
+
+std::string get(const std::string& path, const std::string& extra = "") {
+  return "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra + "Connection: close\r\n\r\n";
+}
+
+int status_of(const std::string& response) {
+  if (response.rfind("HTTP/1.1 ", 0) != 0 || response.size() < 12) return -1;
+  return std::stoi(response.substr(9, 3));
+}
+
+std::string body_of(const std::string& response) {
+  const size_t at = response.find("\r\n\r\n");
+  return at == std::string::npos ? std::string() : response.substr(at + 4);
+}
+
+// Waits until pred() holds, up to `within`; returns whether it did.
+template <class Pred>
+bool eventually(Pred pred, milliseconds within) {
+  const auto end = Clock::now() + within;
+  while (!pred()) {
+    if (Clock::now() >= end) return false;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return true;
+}
+
+http::Server echo_server(http::ServerOptions o = {}) {
+  return http::Server(o, [](const http::Request& r) {
+    if (r.target == "/big") return http::Response{200, "text/plain", std::string(8 << 20, 'x')};
+    if (r.target == "/throw") throw std::runtime_error("handler failed");
+    return http::Response{200, "text/plain", r.method + " " + r.target + " [" + r.authorization + "]"};
+  });
+}
+
+}  // namespace
+
+TEST_CASE("http: GET and HEAD reach the handler; other methods get 405; errors 500") {
+  http::Server s(http::ServerOptions{}, [](const http::Request& r) {
+    if (r.target == "/throw") throw std::runtime_error("handler failed");
+    return http::Response{200, "text/plain", r.method + " " + r.target + " [" + r.authorization + "]"};
+  });
+  REQUIRE(s.port() != 0);
+  {
+    Client c(s.port());
+    c.send(get("/a?b=1", "Authorization: Bearer xyz\r\n"));
+    const std::string r = c.read_all();
+    CHECK(status_of(r) == 200);
+    CHECK(body_of(r) == "GET /a?b=1 [Bearer xyz]");
+  }
+  {
+    Client c(s.port());
+    c.send("HEAD /x HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
+    const std::string r = c.read_all();
+    CHECK(status_of(r) == 200);
+    CHECK(r.find("Content-Length: 10") != std::string::npos);  // "HEAD /x []"
+    CHECK(body_of(r).empty());
+  }
+  {
+    Client c(s.port());
+    c.send("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n");
+    CHECK(status_of(c.read_all()) == 405);
+  }
+  {
+    Client c(s.port());
+    c.send(get("/throw"));
+    const std::string r = c.read_all();
+    CHECK(status_of(r) == 500);
+    CHECK(r.find("handler failed") == std::string::npos);
+  }
+  CHECK(s.requests_served() == 3);
+}
+
+TEST_CASE("http: a kept-alive connection serves one request after another") {
+  http::Server s(http::ServerOptions{}, [](const http::Request& r) {
+    return http::Response{200, "text/plain", r.target};
+  });
+  Client c(s.port());
+  for (int i = 0; i < 5; ++i) {
+    c.send("GET /" + std::to_string(i) + " HTTP/1.1\r\nHost: h\r\n\r\n");
+    const std::string r = c.read_response();
+    CHECK(status_of(r) == 200);
+    CHECK(body_of(r) == "/" + std::to_string(i));
+  }
+  CHECK(s.open_connections() == 1);
+}
+
+TEST_CASE("http: a header or body past its bound is refused and the connection closed") {
+  http::ServerOptions o;
+  o.max_header_bytes = 2048;
+  http::Server s(o, [](const http::Request&) { return http::Response{200, "text/plain", "ok"}; });
+  {
+    Client c(s.port());
+    c.send("GET / HTTP/1.1\r\nHost: h\r\nX-Long: " + std::string(64 * 1024, 'a') + "\r\n\r\n");
+    CHECK(status_of(c.read_all()) == 431);
+  }
+  {
+    Client c(s.port());
+    c.send("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\n\r\n" + std::string(4096, 'b'));
+    CHECK(status_of(c.read_all()) == 413);
+  }
+  {
+    Client c(s.port());  // garbage: closed without an answer
+    c.send("\x01\x02 not http\r\n\r\n");
+    CHECK(c.read_all(milliseconds(2000)).empty());
+  }
+  CHECK(eventually([&] { return s.open_connections() == 0; }, milliseconds(3000)));
+  CHECK(s.requests_served() == 0);
+}
+
+TEST_CASE("http: a thousand idle connections hold at most the bound, and time out") {
+  http::ServerOptions o;
+  o.max_connections = 16;
+  o.io_timeout = milliseconds(500);
+  http::Server s(o, [](const http::Request&) { return http::Response{200, "text/plain", "ok"}; });
+  {
+    std::vector<Client> idle;
+    idle.reserve(1000);
+    size_t most = 0;
+    for (int i = 0; i < 1000; ++i) {
+      idle.emplace_back(s.port());
+      most = std::max(most, s.open_connections());
+    }
+    CHECK(most <= o.max_connections);
+    // Once the idle ones have timed out, a new client is served.
+    CHECK(eventually([&] { return s.open_connections() == 0; }, milliseconds(5000)));
+    Client c(s.port());
+    c.send(get("/"));
+    CHECK(status_of(c.read_all()) == 200);
+  }
+}
+
+TEST_CASE("http: a client that never reads its reply is closed after the timeout") {
+  http::ServerOptions o;
+  o.io_timeout = milliseconds(300);
+  http::Server s = echo_server(o);
+  Client slow(s.port());
+  int small = 1024;  // a small receive buffer: the 8 MiB reply cannot be taken by the kernel
+  ::setsockopt(slow.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  slow.send(get("/big"));
+  CHECK(eventually([&] { return s.requests_served() == 1; }, milliseconds(3000)));
+  CHECK(eventually([&] { return s.open_connections() == 0; }, milliseconds(5000)));
+  // Meanwhile and after, the others are served.
+  Client c(s.port());
+  c.send(get("/x"));
+  CHECK(status_of(c.read_all()) == 200);
+}
+
+TEST_CASE("http: a port in use is an error naming it") {
+  http::Server first(http::ServerOptions{}, [](const http::Request&) { return http::Response{}; });
+  http::ServerOptions o;
+  o.port = first.port();
+  const std::string where = "127.0.0.1:" + std::to_string(first.port());
+  CHECK_THROWS_WITH(http::Server(o, [](const http::Request&) { return http::Response{}; }),
+                    doctest::Contains(("cannot listen on " + where).c_str()));
+  o.address = "not-an-address";
+  CHECK_THROWS_WITH(http::Server(o, [](const http::Request&) { return http::Response{}; }),
+                    doctest::Contains("is not an IP address"));
+}
+
+namespace {
+
+struct Fixture {
+  TrainConfig c;
+  net::HostsFile hosts;
+  std::vector<train::GossipPhase> phases;
+  dp::PrivacyPlan plan;
+  Fixture() {
+    c.algo = Algo::gossip;
+    for (int r = 0; r < 4; ++r) hosts.peers.push_back({r, r < 2 ? "127.0.0.1" : "127.0.0.2", 0});
+    topology::GraphSpec g;
+    g.kind = "ring";
+    g.peers = 4;
+    phases.push_back(topology::Schedule::phase(0, "ring", topology::make(g)));
+    dp::PlanInputs in;
+    in.release = dp::Release::own;
+    in.shard_rows = {1000, 1000, 1000, 1000};
+    in.batch_size = 400;
+    in.epochs = 5;
+    in.target_epsilon = 3;
+    in.delta = 1e-5;
+    plan = dp::plan_privacy(in);
+  }
+  Json facts(const std::string& run = "r1") const {
+    app::RunFacts f;
+    f.run = run;
+    f.config = &c;
+    f.hosts = &hosts;
+    f.world = 4;
+    f.phases = &phases;
+    f.plan = &plan;
+    return app::status_facts(f);
+  }
+};
+
+http::Request request(const std::string& target, const std::string& auth = "") {
+  return http::Request{"GET", target, auth};
+}
+
+}  // namespace
+
+TEST_CASE("status: the facts: peers, how rank 0 reaches each, the graph, the plan's curve") {
+  const Fixture fx;
+  const Json f = fx.facts();
+  CHECK(f["peers"] == 4);
+  CHECK(f["algo"] == "gossip");
+  REQUIRE(f["peer_list"].size() == 4);
+  CHECK(f["peer_list"][0]["transport"] == "this process");
+  CHECK(f["peer_list"][1]["transport"] == "shm");  // auto, same host
+  CHECK(f["peer_list"][2]["transport"] == "tcp");  // another host
+  REQUIRE(f["graphs"].size() == 1);
+  CHECK(f["graphs"][0]["edges"].size() == 4);  // the ring's undirected edges, once each
+  CHECK(std::abs(f["graphs"][0]["rho"].get<double>() - 1.0 / 3.0) < 1e-9);
+  const Json& curve = f["privacy"]["plan"];
+  REQUIRE(curve.size() > 2);
+  for (size_t i = 1; i < curve.size(); ++i) CHECK(curve[i][1] >= curve[i - 1][1]);
+  CHECK(curve.back()[0] == fx.plan.steps);
+  CHECK(curve.back()[1].get<double>() == doctest::Approx(fx.plan.model_after(fx.plan.steps).epsilon));
+  CHECK(curve.back()[1].get<double>() <= 3.0 + 1e-6);
+}
+
+TEST_CASE("status: routes; /api/status and /metrics only with the token when one is set") {
+  const Fixture fx;
+  app::StatusBoard board;
+  CHECK(board.status()["state"] == "starting");
+  board.start(fx.facts(), [&](long long t) -> Json { return fx.plan.peer_epsilons_after(t); });
+  board.on_step(7);
+  CHECK(app::answer_status(board, "", request("/")).body.find("<html") != std::string::npos);
+  CHECK(app::answer_status(board, "", request("/nope")).status == 404);
+  const http::Response open = app::answer_status(board, "", request("/api/status?x"));
+  CHECK(open.status == 200);
+  const Json s = Json::parse(open.body);
+  CHECK(s["state"] == "running");
+  CHECK(s["step"] == 7);
+  CHECK(s["peer_epsilons"].size() == 4);
+  CHECK(s["peer_epsilons"][0].get<double>() ==
+        doctest::Approx(fx.plan.peer_epsilons_after(7)[0]));
+
+  const std::string token = "s3cret-token";
+  CHECK(app::answer_status(board, token, request("/")).status == 200);  // the page holds no data
+  for (const char* path : {"/api/status", "/metrics"}) {
+    CAPTURE(path);
+    CHECK(app::answer_status(board, token, request(path)).status == 401);
+    CHECK(app::answer_status(board, token, request(path, "Bearer wrong-token!")).status == 401);
+    CHECK(app::answer_status(board, token, request(path, "Bearer s3cret-toke")).status == 401);
+    CHECK(app::answer_status(board, token, request(path, "bearer " + token)).status == 401);
+    const http::Response ok = app::answer_status(board, token, request(path, "Bearer " + token));
+    CHECK(ok.status == 200);
+    CHECK(ok.body.find(token) == std::string::npos);
+  }
+  CHECK_THROWS_WITH(app::StatusPage(app::StatusListen{"0.0.0.0", 0, ""}),
+                    doctest::Contains("needs the cluster secret"));
+}
+
+TEST_CASE("status: the Prometheus text is well formed, with escaped labels and +Inf") {
+  const Fixture fx;
+  app::StatusBoard board;
+  board.start(fx.facts("run \"q\" \\ back\nslash"), nullptr);
+  board.on_step(12);
+  Json epoch{{"kind", "epoch"}, {"epoch", 1}, {"step", 10}, {"epsilon", INFINITY},
+             {"message_epsilon", 1.5}, {"samples_per_second", 1000.0}, {"test_accuracy", 0.5},
+             {"consensus_distance", 0.25}};
+  board.add_epoch(epoch);
+  const std::string text = board.prometheus();
+  const std::regex sample(
+      R"(^[a-zA-Z_:][a-zA-Z0-9_:]*\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\["\\n])*",?)*\} ([-+]?[0-9.eE+-]+|\+Inf|-Inf|NaN)$)");
+  std::istringstream lines(text);
+  std::string line;
+  int samples = 0;
+  while (std::getline(lines, line)) {
+    CAPTURE(line);
+    if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) continue;
+    CHECK(std::regex_match(line, sample));
+    ++samples;
+  }
+  CHECK(samples >= 10);
+  CHECK(text.find("run=\"run \\\"q\\\" \\\\ back\\nslash\"") != std::string::npos);
+  CHECK(text.find("dpgossip_steps{run=\"run \\\"q\\\" \\\\ back\\nslash\"} 12\n") != std::string::npos);
+  CHECK(text.find("released=\"model\"} +Inf\n") != std::string::npos);
+  CHECK(text.find("released=\"messages\"} 1.5\n") != std::string::npos);
+  CHECK(text.find("dpgossip_consensus_distance{") != std::string::npos);
+  // No peer epsilons while they cannot be said (null), and none invented.
+  CHECK(text.find("dpgossip_peer_epsilon{") == std::string::npos);
+
+  board.finish(Json{{"kind", "summary"}, {"epsilon", 2.5}, {"message_epsilon", 2.5},
+                    {"peer_epsilons", {2.5, 2.0, 2.0, 2.0}}});
+  const std::string end = board.prometheus();
+  CHECK(end.find("released=\"model\"} 2.5\n") != std::string::npos);
+  CHECK(end.find("peer=\"1\"} 2\n") != std::string::npos);
+  CHECK(end.find("dpgossip_running{") != std::string::npos);
+  CHECK(board.status()["state"] == "finished");
+  board.fail("rank 2 died");
+  CHECK(board.status()["state"] == "failed");
+  CHECK(board.prometheus().find("dpgossip_failures{run=") != std::string::npos);
+}
+
+TEST_CASE("status: the board keeps a bounded number of consensus lines") {
+  app::StatusBoard board;
+  board.start(Fixture().facts(), nullptr);
+  for (int i = 0; i < 5 * static_cast<int>(app::StatusBoard::kConsensusKept); ++i) {
+    board.add_consensus(Json{{"round", i}, {"consensus_distance", 1.0}});
+  }
+  const Json s = board.status();
+  CHECK(s["consensus"].size() <= app::StatusBoard::kConsensusKept);
+  CHECK(s["consensus"].back()["round"] == 5 * app::StatusBoard::kConsensusKept - 1);
+  CHECK(s["consensus_dropped"].get<size_t>() + s["consensus"].size() ==
+        5 * app::StatusBoard::kConsensusKept);
+}
