@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(g++ meson ninja-build pkg-config cmake libboost-dev nlohmann-json3-dev doctest-dev
           libcli11-dev libfftw3-dev libopenblas-dev liblapacke-dev libdnnl-dev zlib1g-dev
           libssl-dev openssl dataset-fashion-mnist python3
-          libgloo-dev openmpi-bin libopenmpi-dev python3-matplotlib chromium
+          libgloo-dev openmpi-bin libopenmpi-dev python3-matplotlib python3-prometheus-client chromium
           clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
