@@ -527,9 +527,9 @@ void add_train(CLI::App& app) {
                   "file's secret, which clients send as a bearer token")
       ->needs("--status-port");
   cmd->add_option("--status-linger", f->status_linger_s,
-                  "seconds rank 0 keeps serving the status page once the run has ended")
-      ->check(CLI::Range(0.0, 86400.0))
-      ->needs("--status-port");
+                  "seconds rank 0 keeps serving the status page once the run has ended (a "
+                  "peer without the page ignores it, so that every peer takes the same flags)")
+      ->check(CLI::Range(0.0, 86400.0));
   cmd->callback([cmd, f] { run_train(*cmd, *f); });
 }
 

@@ -12,9 +12,10 @@ chromium=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || tru
 [[ -n $chromium ]] || { echo "SKIP: no chromium (apt-get install chromium)"; exit 77; }
 fmnist_work "$bin"
 
-"$bin" launch --peers 4 -- train --algo gossip --topology ring --epochs 8 --data "$work/data" \
-  --threads 1 --json --metrics "$work/m.jsonl" --run-name live4 \
-  --status-port 0 --status-linger 300 >"$work/out.json" 2>"$work/log" &
+# launch --status-port gives the port to rank 0's command alone.
+"$bin" launch --peers 4 --status-port 0 -- train --algo gossip --topology ring --epochs 8 \
+  --data "$work/data" --threads 1 --json --metrics "$work/m.jsonl" --run-name live4 \
+  --status-linger 300 >"$work/out.json" 2>"$work/log" &
 launcher=$!
 cleanup() { kill -9 "$launcher" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
@@ -146,5 +147,6 @@ wait "$launcher" || rc=$?
 expect_error "needs the cluster secret" \
   "$bin" train --epochs 1 --data "$work/data" --threads 1 --status-port 0 \
   --status-address 0.0.0.0 --metrics ""
-expect_error "status-port" "$bin" train --epochs 1 --data "$work/data" --status-linger 5
+expect_error "--status-port is for a train command" "$bin" launch --peers 2 --status-port 0 -- prepare
+expect_error "given twice" "$bin" launch --peers 2 --status-port 0 -- train --status-port 1
 finish status
