@@ -158,20 +158,21 @@ function render(s) {
   text("eps-note", "line: spent (model); dashed: the plan to the end, at the start's rates");
   const pts = s.consensus.filter(c => c.consensus_distance >= 0).map(c => [c.round, c.consensus_distance]);
   const rho = f.graphs && f.graphs.length ? f.graphs[0].rho : null;
-  // How a spread left alone decays on the graph: rho^t from the largest measured point, drawn
-  // down to a thousandth of it (the new noise and gradients of every step keep the measured one up).
-  let top = null;
-  for (const p of pts) if (top === null || p[1] > top[1]) top = p;
+  // The rho^t prediction of tools/plot_consensus.py: plain gossip (no gradient, no noise) from
+  // the first measured point, CD0 rho^(2 (t - t0)) (the distance is a squared norm), down to a
+  // millionth of CD0; none when the distance grows from its first point (one common start).
   const pred = [];
-  if (top && rho !== null && rho < 1) {
+  const grows = pts.length > 1 && pts[1][1] > pts[0][1];
+  if (pts.length && rho !== null && rho >= 0 && rho <= 1 && pts[0][1] > 0 && !grows) {
     for (const p of pts) {
-      const v = top[1] * Math.pow(rho, p[0] - top[0]);
-      if (p[0] >= top[0] && v >= top[1] / 1000) pred.push([p[0], v]);
+      const v = pts[0][1] * Math.pow(rho, 2 * (p[0] - pts[0][0]));
+      if (v >= pts[0][1] * 1e-6) pred.push([p[0], v]);
     }
   }
   chart("cons", "step", [{points: pts, cls: "c0"}, {points: pred, cls: "c1"}], true);
-  text("cons-note", pts.length ? "line: measured; dashed: rho^t from the largest point, the decay of a spread that no new noise or gradient renews" :
-       "this algorithm's replicas are equal (no consensus lines)" );
+  text("cons-note", !pts.length ? "this algorithm's replicas are equal (no consensus lines)" :
+       pred.length ? "line: measured; dashed: the rho^t prediction of plain gossip from the first point, CD0 rho^(2(t - t0))" :
+       "line: measured. No rho^t prediction: the distance grows from its first point (the peers started from one model), so there is nothing to decay from");
   text("updated", "updated " + new Date().toLocaleTimeString());
 }
 async function poll() {

@@ -13,7 +13,7 @@ chromium=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || tru
 fmnist_work "$bin"
 
 # launch --status-port gives the port to rank 0's command alone.
-"$bin" launch --peers 4 --status-port 0 -- train --algo gossip --topology ring --epochs 8 \
+"$bin" launch --peers 4 --status-port 0 -- train --algo gossip --topology ring --epochs 10 \
   --data "$work/data" --threads 1 --json --metrics "$work/m.jsonl" --run-name live4 \
   --status-linger 300 >"$work/out.json" 2>"$work/log" &
 launcher=$!
@@ -74,7 +74,14 @@ except urllib.error.HTTPError as e:
 print("while training: step %d, %d epoch lines, %d metric samples" % (s["step"], len(s["epochs"]), len(m)))
 ' "$port"
 
-# The page in headless Chromium: its script fetched /api/status and filled the peers' table.
+# The page in headless Chromium, while the run trains: a screenshot; then its DOM, in which its
+# script has fetched /api/status and filled the peers' table.
+timeout 60 "$chromium" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+  --no-first-run --user-data-dir="$work/profile" --virtual-time-budget=3000 \
+  --window-size=1300,1000 --screenshot="$work/live.png" "http://127.0.0.1:$port/" \
+  >/dev/null 2>&1 || fail "chromium --screenshot failed"
+[[ -s $work/live.png ]] || fail "no screenshot"
+if [[ -n ${DPG_STATUS_SHOTS:-} && -s $work/live.png ]]; then cp "$work/live.png" "$DPG_STATUS_SHOTS/status-live.png"; fi
 rc=0
 timeout 60 "$chromium" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
   --no-first-run --user-data-dir="$work/profile" --virtual-time-budget=8000 \
@@ -96,12 +103,6 @@ assert int(step.group(1)) > 0
 assert "<polyline" in dom and "<circle" in dom, "no curve or graph drawn"
 print("page in chromium: 4 peers, rank 0 at step %s, state %s" % (cells[0][3], state))
 ' "$work/dom.html"
-timeout 60 "$chromium" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
-  --no-first-run --user-data-dir="$work/profile" --virtual-time-budget=8000 \
-  --window-size=1300,1000 --screenshot="$work/live.png" "http://127.0.0.1:$port/" \
-  >/dev/null 2>&1 || fail "chromium --screenshot failed"
-[[ -s $work/live.png ]] || fail "no screenshot"
-if [[ -n ${DPG_STATUS_SHOTS:-} && -s $work/live.png ]]; then cp "$work/live.png" "$DPG_STATUS_SHOTS/status-live.png"; fi
 
 # After the run: the endpoints say what the run's summary line says.
 py '
@@ -124,7 +125,7 @@ summary = [l for l in lines if l["kind"] == "summary"][-1]
 assert s["step"] == summary["steps"] and s["summary"]["steps"] == summary["steps"]
 assert s["summary"]["epsilon"] == summary["epsilon"], (s["summary"]["epsilon"], summary["epsilon"])
 assert s["peer_epsilons"] == summary["peer_epsilons"]
-assert len(s["epochs"]) == len([l for l in lines if l["kind"] == "epoch"]) == 8
+assert len(s["epochs"]) == len([l for l in lines if l["kind"] == "epoch"]) == 10
 m = {}
 for fam in text_string_to_metric_families(get("/metrics")):
     for smp in fam.samples:
