@@ -21,6 +21,7 @@
 #include "apps/gossip_setup.h"
 #include "apps/guards.h"
 #include "apps/status_page.h"
+#include "apps/status_report.h"
 #include "apps/trace_output.h"
 #include "apps/transport_setup.h"
 #include "runtime/core/error.h"
@@ -72,6 +73,7 @@ struct TrainFlags {
   std::optional<std::uint16_t> status_port;
   std::string status_address = "127.0.0.1";
   double status_linger_s = 0;   // seconds rank 0 keeps serving once the run has ended
+  std::string report;           // rank 0 writes the run's report (HTML) here at its end
 };
 
 // Applies each flag that was given on the command line over the config read from the file.
@@ -281,8 +283,11 @@ void print_summary(const TrainConfig& c, const train::TrainSummary& summary,
 
 // Rank 0's status page, for --status-port (docs/STATUS.md): listening from the set-up on, so
 // that a port in use fails the run before any peer is connected.
+// With --report and no page, the board alone.
 std::unique_ptr<StatusPage> listen_status(const TrainFlags& flags, const Peers& peers) {
-  if (!flags.status_port || peers.rank != 0) return nullptr;
+  if (peers.rank != 0 || (!flags.status_port && flags.report.empty())) return nullptr;
+  if (!flags.report.empty()) check_output_path(flags.report, "--report", OutputKind::replaced);
+  if (!flags.status_port) return std::make_unique<StatusPage>(std::nullopt);
   StatusListen listen;
   listen.address = flags.status_address;
   listen.port = *flags.status_port;
@@ -291,6 +296,13 @@ std::unique_ptr<StatusPage> listen_status(const TrainFlags& flags, const Peers& 
   DPG_INFO("train: status page on http://" << flags.status_address << ":" << page->port() << "/"
            << (listen.token.empty() ? "" : " (bearer token: the cluster secret)"));
   return page;
+}
+
+// --report: the run's report, written at its end, failed or not.
+void write_report(const TrainFlags& flags, const StatusPage* page) {
+  if (page == nullptr || flags.report.empty()) return;
+  write_status_report(flags.report, page->board());
+  DPG_INFO("train: report written to " << flags.report);
 }
 
 // The run's facts on the page once its plan is made. Each peer's epsilon while the run goes
@@ -457,6 +469,11 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   } catch (const std::exception& e) {
     if (status) {
       status->board().fail(e.what());
+      try {
+        write_report(flags, status.get());
+      } catch (const std::exception& w) {
+        DPG_WARN("train: " << w.what());  // the run's own error is the one to report
+      }
       linger(flags, status.get());
     }
     throw;
@@ -491,6 +508,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
     line.erase("accountant");
     metrics_line(line, stopped ? "stopped" : "summary");
   }
+  write_report(flags, status.get());
   if (flags.json) {
     std::cout << s.dump() << std::endl;
     return;
@@ -530,6 +548,9 @@ void add_train(CLI::App& app) {
                   "seconds rank 0 keeps serving the status page once the run has ended (a "
                   "peer without the page ignores it, so that every peer takes the same flags)")
       ->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--report", f->report,
+                  "rank 0 writes the run's report here at its end: one self-contained HTML file "
+                  "(the status page with the run's final figures, config and environment)");
   cmd->callback([cmd, f] { run_train(*cmd, *f); });
 }
 

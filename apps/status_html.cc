@@ -31,6 +31,9 @@ svg text{font-size:11px;fill:#333} .axis{stroke:#999} .c0{stroke:#1f77b4;fill:no
 <div class="card"><h2>Privacy spent</h2><svg id="eps" width="420" height="260"></svg><div class="note" id="eps-note"></div></div>
 <div class="card"><h2>Consensus distance</h2><svg id="cons" width="420" height="260"></svg><div class="note" id="cons-note"></div></div>
 </div>
+<h2>Privacy</h2><p id="privacy"></p>
+<h2>Configuration</h2><details><summary>the run's config (less its noise seed)</summary><pre id="config"></pre></details>
+<div id="env-box" style="display:none"><h2>Environment</h2><table id="env"><tbody></tbody></table></div>
 <p class="note" id="updated"></p>
 <script>
 "use strict";
@@ -173,7 +176,30 @@ function render(s) {
   text("cons-note", !pts.length ? "this algorithm's replicas are equal (no consensus lines)" :
        pred.length ? "line: measured; dashed: the rho^t prediction of plain gossip from the first point, CD0 rho^(2(t - t0))" :
        "line: measured. No rho^t prediction: the distance grows from its first point (the peers started from one model), so there is nothing to decay from");
-  text("updated", "updated " + new Date().toLocaleTimeString());
+  const pv = f.privacy;
+  text("privacy", !pv.dp ? "No DP: this run's model and messages carry no privacy guarantee." :
+       "Epsilon " + fmt(latest ? latest.epsilon : null) + " for the released model (the worst peer's data) and " +
+       fmt(latest ? latest.message_epsilon : null) + " for any one peer's messages, at delta " + pv.delta +
+       (s.summary ? "" : " so far") + "; accountant " + f.config.accountant + ", noise multiplier " + fmt(pv.noise_multiplier) +
+       " (" + pv.noise_mode + " noise), " + pv.steps + " steps planned" +
+       (s.peer_epsilons ? "; each peer's: " + s.peer_epsilons.map(e => fmt(e)).join(", ") : "") + ". docs/PRIVACY.md says what each figure covers.");
+  text("config", JSON.stringify(f.config, null, 1));
+  text("updated", window.DPG_REPORT ? "report written " + window.DPG_REPORT.environment.written :
+       "updated " + new Date().toLocaleTimeString());
+}
+function environment(e) {
+  document.getElementById("env-box").style.display = "";
+  const body = document.querySelector("#env tbody");
+  for (const k of Object.keys(e)) {
+    const tr = document.createElement("tr");
+    for (const [v, cls] of [[k, "l"], [k === "memory_bytes" ? (e[k] / 2 ** 30).toFixed(1) + " GiB" : e[k], "l"]]) {
+      const td = document.createElement("td");
+      td.textContent = v;
+      td.className = cls;
+      tr.appendChild(td);
+    }
+    body.appendChild(tr);
+  }
 }
 async function poll() {
   try {
@@ -185,7 +211,12 @@ async function poll() {
   }
   setTimeout(poll, 1500);
 }
-poll();
+if (window.DPG_REPORT) {
+  render(window.DPG_REPORT.status);
+  environment(window.DPG_REPORT.environment);
+} else {
+  poll();
+}
 </script></body></html>
 )HTML";
   return page;

@@ -74,6 +74,11 @@ Json status_facts(const RunFacts& f) {
     peers.push_back(std::move(p));
   }
   j["peer_list"] = std::move(peers);
+  // The config as the peers share it, less the noise seed: a seed given to reproduce a run
+  // would let a reader of the page recompute the noise.
+  Json config = to_json(c);
+  config.erase("noise_seed");
+  j["config"] = std::move(config);
   j["graphs"] = f.phases != nullptr ? graphs_of(*f.phases) : Json::array();
   Json privacy;
   privacy["dp"] = c.dp;
@@ -113,7 +118,10 @@ http::Response answer_status(const StatusBoard& board, const std::string& token,
           board.status().dump(-1, ' ', false, Json::error_handler_t::replace) + "\n"};
 }
 
-StatusPage::StatusPage(const StatusListen& listen) : token_(listen.token) {
+StatusPage::StatusPage(const std::optional<StatusListen>& serve) {
+  if (!serve) return;
+  const StatusListen& listen = *serve;
+  token_ = listen.token;
   if (listen.address != "127.0.0.1" && listen.address != "::1" && token_.empty()) {
     fail(Code::invalid_argument,
          "train: --status-address " + listen.address + " serves the page beyond this machine, "

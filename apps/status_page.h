@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,9 +54,12 @@ struct StatusListen {
 // board is started.
 class StatusPage {
  public:
-  explicit StatusPage(const StatusListen& listen);
+  // Without `listen`, the board alone (for a report of the run, with no page served).
+  explicit StatusPage(const std::optional<StatusListen>& listen);
   StatusBoard& board() { return board_; }
-  std::uint16_t port() const { return server_->port(); }
+  const StatusBoard& board() const { return board_; }
+  bool serving() const { return server_ != nullptr; }
+  std::uint16_t port() const { return server_ ? server_->port() : 0; }
 
  private:
   StatusBoard board_;

@@ -2,9 +2,10 @@
 # The live status page (docs/STATUS.md) of a 4-peer gossip run on 127.0.0.1: /api/status and
 # /metrics (parsed with prometheus_client's parser) while it trains; the page itself in headless
 # Chromium, its DOM showing the 4 peers and a step above 0 (and a screenshot); after the run, the
-# endpoints against the run's own summary line; refusals for an address beyond this machine
+# endpoints against the run's own summary line; its report (--report) in Chromium; refusals for an address beyond this machine
 # without a secret.
-# DPG_STATUS_SHOTS=DIR: also copy the screenshot to DIR/status-live.png (docs/STATUS.md).
+# DPG_STATUS_SHOTS=DIR: also copy the screenshots to DIR/status-live.png and DIR/status-report.png
+# (docs/STATUS.md).
 set -euo pipefail
 bin=$1
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -15,7 +16,7 @@ fmnist_work "$bin"
 # launch --status-port gives the port to rank 0's command alone.
 "$bin" launch --peers 4 --status-port 0 -- train --algo gossip --topology ring --epochs 10 \
   --data "$work/data" --threads 1 --json --metrics "$work/m.jsonl" --run-name live4 \
-  --status-linger 300 >"$work/out.json" 2>"$work/log" &
+  --status-linger 300 --report "$work/report.html" >"$work/out.json" 2>"$work/log" &
 launcher=$!
 cleanup() { kill -9 "$launcher" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
@@ -137,6 +138,32 @@ assert m[("dpgossip_epsilon", (("released", "messages"),) + run)] == summary["me
 assert m[("dpgossip_running", run)] == 0 and m[("dpgossip_failures", run)] == 0
 print("after the run: %d steps, epsilon %.4f, as the summary says" % (summary["steps"], summary["epsilon"]))
 ' "$port" "$work/m.jsonl"
+
+# The report: one file, the page with the run's end inside, drawn by Chromium without a server.
+[[ -s $work/report.html ]] || fail "no report written"
+timeout 60 "$chromium" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+  --no-first-run --user-data-dir="$work/profile" --virtual-time-budget=3000 \
+  --dump-dom "file://$work/report.html" >"$work/report-dom.html" 2>/dev/null ||
+  fail "chromium could not open the report"
+py '
+import json, re, sys
+dom = open(sys.argv[1]).read()
+summary = [json.loads(l) for l in open(sys.argv[2]) if "\"summary\"" in l][-1]
+rows = re.findall(r"<tr>(.*?)</tr>", re.search(r"<tbody>(.*?)</tbody>", dom, re.S).group(1), re.S)
+assert len(rows) == 4, rows
+assert "state: finished" in dom and "step: %d of %d" % (summary["steps"], summary["steps"]) in dom
+privacy = re.search(r"<p id=\"privacy\">(.*?)</p>", dom, re.S).group(1)
+assert privacy.startswith("Epsilon %.3f for the released model" % summary["epsilon"]), privacy
+env = dict(re.findall(r"<tr><td class=\"l\">([a-z_]+)</td><td class=\"l\">([^<]*)</td></tr>", dom))
+assert env.get("dpgossip_commit") and int(env["cores"]) >= 1, env
+print("report: 4 peers, %d steps, %s" % (summary["steps"], privacy[:60]))
+' "$work/report-dom.html" "$work/m.jsonl"
+if [[ -n ${DPG_STATUS_SHOTS:-} ]]; then
+  timeout 60 "$chromium" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+    --no-first-run --user-data-dir="$work/profile" --virtual-time-budget=3000 \
+    --window-size=1300,1700 --screenshot="$DPG_STATUS_SHOTS/status-report.png" \
+    "file://$work/report.html" >/dev/null 2>&1 || fail "chromium --screenshot of the report failed"
+fi
 
 # The linger ends on SIGINT (passed on by the launcher to rank 0).
 kill -INT "$launcher"

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "apps/status_page.h"
+#include "apps/status_report.h"
 #include "dp/privacy_plan.h"
 #include "runtime/http/server.h"
 #include "topology/generators.h"
@@ -393,4 +394,30 @@ TEST_CASE("status: the board keeps a bounded number of consensus lines") {
   CHECK(s["consensus"].back()["round"] == 5 * app::StatusBoard::kConsensusKept - 1);
   CHECK(s["consensus_dropped"].get<size_t>() + s["consensus"].size() ==
         5 * app::StatusBoard::kConsensusKept);
+}
+
+TEST_CASE("status: the report holds the run's status inside the page, which no value can end") {
+  app::StatusBoard board;
+  board.start(Fixture().facts("a</script><script>alert(1)</script>"), nullptr);
+  board.finish(Json{{"kind", "summary"}, {"steps", 50}, {"epsilon", 2.5}});
+  const Json env = app::run_environment();
+  CHECK(env["cores"].get<unsigned>() >= 1);
+  CHECK(!env["dpgossip_commit"].get<std::string>().empty());
+  const std::string html = app::status_report_html(board.status(), env);
+  const auto count = [](const std::string& text, const std::string& part) {
+    size_t n = 0;
+    for (size_t at = 0; (at = text.find(part, at)) != std::string::npos; at += part.size()) ++n;
+    return n;
+  };
+  // The page's own script, and the one that sets DPG_REPORT: the run name's tags are escaped.
+  CHECK(count(html, "</script>") == count(app::status_html(), "</script>") + 1);
+  const size_t begin = html.find("window.DPG_REPORT = ") + 20;
+  const size_t end = html.find(";</script>", begin);
+  const Json inside = Json::parse(html.substr(begin, end - begin));
+  CHECK(inside["status"]["facts"]["run"] == "a</script><script>alert(1)</script>");
+  CHECK(inside["status"]["step"] == 50);
+  CHECK(inside["status"]["state"] == "finished");
+  CHECK(inside["environment"] == env);
+  CHECK(inside["status"]["facts"]["config"].contains("algo"));
+  CHECK_FALSE(inside["status"]["facts"]["config"].contains("noise_seed"));
 }
