@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The status page's cost (docs/BENCHMARKS.md, "Status page"): the same 4-peer gossip run with
-# and without rank 0's page, the page's run polled the whole time as a browser would (the page,
-# /api/status and /metrics every POLL_S seconds). Runs PAIRS pairs, alternating which goes
+# and without rank 0's page, the page's run polled the whole time as its users would: the page
+# once and /api/status every STATUS_S seconds (what an open page does: every 1.5 s), and
+# /metrics every METRICS_S seconds (a Prometheus scrape). Runs PAIRS pairs, alternating which goes
 # first, and prints each run's samples/s (rank 0's summary) and the ratio of each pair.
-#   tools/bench_status.sh BIN [PAIRS] [EPOCHS] [POLL_S]     (defaults: 5 pairs, 6 epochs, 0.5 s)
+#   tools/bench_status.sh BIN [PAIRS] [EPOCHS] [STATUS_S] [METRICS_S]
+#   (defaults: 8 pairs, 15 epochs, 1.5 s, 5 s; 0 for a period: that endpoint is not polled)
 set -euo pipefail
-bin=$(realpath "${1:?usage: tools/bench_status.sh BIN [PAIRS] [EPOCHS] [POLL_S]}")
-pairs=${2:-5}
-epochs=${3:-6}
-poll=${4:-0.5}
+bin=$(realpath "${1:?usage: tools/bench_status.sh BIN [PAIRS] [EPOCHS] [STATUS_S] [METRICS_S]}")
+pairs=${2:-8}
+epochs=${3:-15}
+status_s=${4:-1.5}
+metrics_s=${5:-5}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$bin" prepare --out "$work/data" >/dev/null
@@ -24,28 +27,38 @@ one_run() {  # one_run with|without OUT: the summary's samples/s into OUT
     "$bin" launch --peers 4 --status-port 0 -- train "${common[@]}" \
       >"$work/run.json" 2>"$work/run.log" &
     local launcher=$!
-    /usr/bin/python3 - "$work/run.log" "$poll" "$launcher" <<'PY' >"$work/polls"
+    /usr/bin/python3 - "$work/run.log" "$status_s" "$metrics_s" "$launcher" <<'PY' >"$work/polls"
 import os, re, sys, time, urllib.request
-log, every, launcher = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+log, status_s, metrics_s, launcher = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 port, polls, deadline = None, 0, time.time() + 600
+due = {"/api/status": 0.0, "/metrics": 0.0}
+every = {"/api/status": status_s, "/metrics": metrics_s}
 def alive():
     try:
         os.kill(launcher, 0)
         return True
     except OSError:
         return False
+def fetch(path):
+    global polls
+    try:
+        urllib.request.urlopen("http://127.0.0.1:%s%s" % (port, path), timeout=5).read()
+        polls += 1
+    except OSError:
+        pass  # the run has ended between two polls
 while alive() and time.time() < deadline:
     if port is None:
         m = re.search(r"status page on http://127.0.0.1:(\d+)", open(log, errors="replace").read())
-        port = m and m.group(1)
+        if m:
+            port = m.group(1)
+            fetch("/")  # the page, once, as a browser opens it
     else:
-        try:
-            for path in ("/", "/api/status", "/metrics"):
-                urllib.request.urlopen("http://127.0.0.1:%s%s" % (port, path), timeout=5).read()
-            polls += 1
-        except OSError:
-            pass  # the run has ended between two polls
-    time.sleep(every)
+        now = time.time()
+        for path in due:
+            if every[path] > 0 and now >= due[path]:
+                fetch(path)
+                due[path] = now + every[path]
+    time.sleep(0.05)
 print(polls)
 PY
     wait "$launcher"
@@ -56,7 +69,7 @@ lines = [l.split("] ", 1)[-1] for l in open(sys.argv[1]) if "{" in l]
 print(json.loads(lines[-1])["samples_per_second"])' "$work/run.json" >"$out"
 }
 
-echo "pair  without (samples/s)  with page, polled (samples/s)  polls  ratio"
+echo "pair  without (samples/s)  with page, polled (samples/s)  requests  ratio"
 ratios=()
 for p in $(seq "$pairs"); do
   if ((p % 2)); then order=(without with); else order=(with without); fi
@@ -64,7 +77,7 @@ for p in $(seq "$pairs"); do
   a=$(cat "$work/without") b=$(cat "$work/with")
   r=$(/usr/bin/python3 -c "print('%.4f' % ($b / $a))")
   ratios+=("$r")
-  printf "%4d  %19.0f  %29.0f  %5s  %s\n" "$p" "$a" "$b" "$(cat "$work/polls")" "$r"
+  printf "%4d  %19.0f  %29.0f  %8s  %s\n" "$p" "$a" "$b" "$(cat "$work/polls")" "$r"
 done
 /usr/bin/python3 -c '
 import statistics, sys
