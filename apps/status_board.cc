@@ -100,13 +100,19 @@ void StatusBoard::fail(const std::string& why) {
 }
 
 Json StatusBoard::peer_epsilons_at(long long step) const {
-  if (!summary_.is_null() && summary_.contains("peer_epsilons")) return summary_["peer_epsilons"];
+  if (!summary_.is_null() && summary_.contains("peer_epsilons")) {
+    return Json{{"step", summary_.value("steps", step)}, {"epsilons", summary_["peer_epsilons"]}};
+  }
   if (!peer_epsilons_) return nullptr;
-  if (step != cached_step_) {
+  const auto now = Clock::now();
+  // Before the first step nothing is spent: the first figure after it comes at once.
+  if (cached_step_ <= 0 || (step != cached_step_ && now - cached_at_ >= kPeerEpsilonsEvery)) {
     cached_epsilons_ = peer_epsilons_(step);
     cached_step_ = step;
+    cached_at_ = now;
   }
-  return cached_epsilons_;
+  if (cached_epsilons_.is_null()) return nullptr;
+  return Json{{"step", cached_step_}, {"epsilons", cached_epsilons_}};
 }
 
 Json StatusBoard::status() const {
@@ -125,7 +131,9 @@ Json StatusBoard::status() const {
   s["step"] = step;
   s["wall_s"] = wall_s;
   s["seconds_since_step"] = last_ns < 0 ? Json(nullptr) : Json(wall_s - last_ns * 1e-9);
-  s["peer_epsilons"] = peer_epsilons_at(step);
+  const Json peers = peer_epsilons_at(step);
+  s["peer_epsilons"] = peers.is_null() ? Json(nullptr) : peers["epsilons"];
+  s["peer_epsilons_step"] = peers.is_null() ? Json(nullptr) : peers["step"];
   s["epochs"] = epochs_;
   s["consensus"] = consensus_;
   s["consensus_dropped"] = consensus_dropped_;

@@ -40,6 +40,9 @@ class StatusBoard {
   // Kept in memory: the last this many consensus lines (a run of a million steps with
   // --metrics-every 1 must not grow the page's memory without bound).
   static constexpr std::size_t kConsensusKept = 2000;
+  // Each peer's epsilon is the accountant's for a new step (tens of ms with PLD, on the server's
+  // thread, beside training): recomputed at most this often, however often clients ask.
+  static constexpr std::chrono::seconds kPeerEpsilonsEvery{5};
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -57,7 +60,8 @@ class StatusBoard {
   long long consensus_dropped_ = 0;
   Json summary_;           // null until the end
   std::string failure_;    // empty unless the run failed
-  mutable long long cached_step_ = -1;
+  mutable long long cached_step_ = -1;  // the step cached_epsilons_ are for
+  mutable Clock::time_point cached_at_;
   mutable Json cached_epsilons_;
 };
 

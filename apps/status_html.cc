@@ -23,7 +23,7 @@ svg text{font-size:11px;fill:#333} .axis{stroke:#999} .c0{stroke:#1f77b4;fill:no
 <div class="facts" id="facts">waiting for the first status...</div>
 <div id="failure" class="bad"></div>
 <h2>Peers</h2><table id="peers"><thead><tr><th>rank</th><th class="l">host</th><th class="l">transport</th>
-<th>step</th><th>epsilon (its data)</th><th class="l">state</th></tr></thead><tbody></tbody></table>
+<th>step</th><th id="eps-head">epsilon (its data)</th><th class="l">state</th></tr></thead><tbody></tbody></table>
 <div class="note" id="peers-note"></div>
 <div class="grid">
 <div class="card"><h2>Topology</h2><svg id="graph" width="300" height="300"></svg><div id="graph-note" class="note"></div></div>
@@ -147,6 +147,8 @@ function render(s) {
   }
   text("peers-note", f.peers_in_step ? "A synchronous algorithm: every peer waits for the others (gossip: for its neighbours) at each step, so the peers stay within a few steps of rank 0." :
        steps ? "Other peers' steps as of the last consensus report (round " + lastc.round + ")." : "");
+  text("eps-head", s.peer_epsilons_step !== null && s.peer_epsilons_step !== undefined && s.state === "running" ?
+       "epsilon (its data), at step " + s.peer_epsilons_step : "epsilon (its data)");
   graph(f, s.state === "failed");
   const split = last && last.split === "validation" ? "validation" : "test";
   text("acc-title", (split === "validation" ? "Validation" : "Test") + " accuracy");

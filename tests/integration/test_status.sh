@@ -53,7 +53,8 @@ assert f["run"] == "live4" and f["graphs"][0]["label"] == "ring", f
 assert len(f["graphs"][0]["edges"]) == 4 and abs(f["graphs"][0]["rho"] - 1 / 3) < 1e-9
 assert [p["transport"] for p in f["peer_list"]] == ["this process", "shm", "shm", "shm"], f
 assert f["privacy"]["plan"] and f["privacy"]["plan"][-1][0] == f["privacy"]["steps"]
-assert len(s["peer_epsilons"]) == 4 and all(e > 0 for e in s["peer_epsilons"])
+assert len(s["peer_epsilons"]) == 4 and all(e > 0 for e in s["peer_epsilons"]), s["peer_epsilons"]
+assert 0 < s["peer_epsilons_step"] <= s["step"]
 status, kind, text = get("/metrics")
 assert kind.startswith("text/plain; version=0.0.4"), kind
 m = {}

@@ -324,6 +324,7 @@ TEST_CASE("status: routes; /api/status and /metrics only with the token when one
   CHECK(s["peer_epsilons"].size() == 4);
   CHECK(s["peer_epsilons"][0].get<double>() ==
         doctest::Approx(fx.plan.peer_epsilons_after(7)[0]));
+  CHECK(s["peer_epsilons_step"] == 7);
 
   const std::string token = "s3cret-token";
   CHECK(app::answer_status(board, token, request("/")).status == 200);  // the page holds no data
@@ -420,4 +421,26 @@ TEST_CASE("status: the report holds the run's status inside the page, which no v
   CHECK(inside["environment"] == env);
   CHECK(inside["status"]["facts"]["config"].contains("algo"));
   CHECK_FALSE(inside["status"]["facts"]["config"].contains("noise_seed"));
+}
+
+TEST_CASE("status: each peer's epsilon is recomputed at most every few seconds, however often asked") {
+  const Fixture fx;
+  app::StatusBoard board;
+  int calls = 0;
+  board.start(fx.facts(), [&](long long t) -> Json {
+    ++calls;
+    return fx.plan.peer_epsilons_after(t);
+  });
+  for (long long t = 1; t <= 200; ++t) {
+    board.on_step(t);
+    const Json s = board.status();
+    CHECK(s["step"] == t);
+    CHECK(s["peer_epsilons_step"] == 1);  // the first figure, until kPeerEpsilonsEvery has passed
+    (void)board.prometheus();
+  }
+  CHECK(calls == 1);
+  // The summary's figures replace them at the end, for its step.
+  board.finish(Json{{"kind", "summary"}, {"steps", 200}, {"peer_epsilons", {1.0, 1.0, 1.0, 1.0}}});
+  CHECK(board.status()["peer_epsilons_step"] == 200);
+  CHECK(calls == 1);
 }
