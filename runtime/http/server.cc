@@ -6,6 +6,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <optional>
@@ -31,6 +32,7 @@ struct Server::Impl {
   std::atomic<std::size_t> open{0}, served{0};
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
+  asio::steady_timer retry{io};  // the pause after a failed accept
   std::uint16_t port = 0;
   std::thread thread;
 
@@ -129,15 +131,22 @@ class Session : public std::enable_shared_from_this<Session> {
 void Server::Impl::accept() {
   acceptor.async_accept([this](error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;  // the server is stopping
-    if (!ec) {
-      if (open.load() >= options.max_connections) {
-        error_code ignored;
-        socket.close(ignored);
-      } else {
-        std::make_shared<Session>(std::move(socket), *this)->read();
-      }
+    if (ec) {
+      // Out of descriptors (EMFILE) or a reset before the accept: listen again after a pause,
+      // so that an error that persists does not spin this thread.
+      retry.expires_after(std::chrono::milliseconds(100));
+      retry.async_wait([this](error_code wait) {
+        if (!wait) accept();
+      });
+      return;
     }
-    accept();  // an accept error (too many files, a reset) is the client's; keep listening
+    if (open.load() >= options.max_connections) {
+      error_code ignored;
+      socket.close(ignored);
+    } else {
+      std::make_shared<Session>(std::move(socket), *this)->read();
+    }
+    accept();
   });
 }
 

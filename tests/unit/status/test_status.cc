@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -232,6 +233,46 @@ TEST_CASE("http: a client that never reads its reply is closed after the timeout
   // Meanwhile and after, the others are served.
   Client c(s.port());
   c.send(get("/x"));
+  CHECK(status_of(c.read_all()) == 200);
+}
+
+TEST_CASE("http: out of descriptors, the server pauses and listens again, never spins") {
+  http::Server s(http::ServerOptions{}, [](const http::Request&) {
+    return http::Response{200, "text/plain", "ok"};
+  });
+  rlimit before{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &before) == 0);
+  rlimit low = before;
+  low.rlim_cur = 64;  // far above what the test binary holds; the clients below fill it
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<int> held;
+  for (int i = 0; i < 64; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) break;  // EMFILE: every descriptor is taken
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(s.port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    (void)::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);  // waits in the backlog
+    held.push_back(fd);
+  }
+  // The connections wait in the backlog and every accept fails (EMFILE): the server's thread
+  // must not spin on them (this process's CPU time over a second of it).
+  const auto cpu_s = [] {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  };
+  const double cpu0 = cpu_s();
+  std::this_thread::sleep_for(milliseconds(1000));
+  const double busy = cpu_s() - cpu0;
+  for (const int fd : held) ::close(fd);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &before) == 0);
+  CHECK(held.size() > 10);
+  CHECK(busy < 0.3);
+  // With descriptors back, it serves again.
+  Client c(s.port());
+  c.send(get("/"));
   CHECK(status_of(c.read_all()) == 200);
 }
 
