@@ -321,7 +321,9 @@ void start_status(StatusPage& page, const TrainFlags& flags, const TrainConfig& 
   f.phases = &graphs;
   f.plan = &plan;
   const bool plan_holds = c.dp && c.balance_every == 0 && !c.resume;
-  page.board().start(status_facts(f), [&plan, plan_holds](long long step) -> Json {
+  // The plan by value: the page's thread may ask after the trainer (which holds the run's plan)
+  // is gone, while an error unwinds.
+  page.board().start(status_facts(f), [plan, plan_holds](long long step) -> Json {
     if (!plan_holds) return nullptr;
     return plan.peer_epsilons_after(step);
   });

@@ -99,15 +99,17 @@ void StatusBoard::fail(const std::string& why) {
   failure_ = why.empty() ? "failed" : why;
 }
 
-Json StatusBoard::peer_epsilons_at(long long step) const {
-  if (!summary_.is_null() && summary_.contains("peer_epsilons")) {
-    return Json{{"step", summary_.value("steps", step)}, {"epsilons", summary_["peer_epsilons"]}};
+Json StatusBoard::peer_epsilons_at(long long step, const Json& summary,
+                                   const PeerEpsilons& compute) const {
+  if (!summary.is_null() && summary.contains("peer_epsilons")) {
+    return Json{{"step", summary.value("steps", step)}, {"epsilons", summary["peer_epsilons"]}};
   }
-  if (!peer_epsilons_) return nullptr;
+  if (!compute) return nullptr;
+  const std::lock_guard<std::mutex> lock(cache_mutex_);
   const auto now = Clock::now();
   // Before the first step nothing is spent: the first figure after it comes at once.
   if (cached_step_ <= 0 || (step != cached_step_ && now - cached_at_ >= kPeerEpsilonsEvery)) {
-    cached_epsilons_ = peer_epsilons_(step);
+    cached_epsilons_ = compute(step);
     cached_step_ = step;
     cached_at_ = now;
   }
@@ -119,6 +121,14 @@ Json StatusBoard::status() const {
   const long long step = step_.load();
   const long long last_ns = last_step_ns_.load();
   const double wall_s = std::chrono::duration<double>(Clock::now() - start_).count();
+  Json summary;
+  PeerEpsilons compute;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    summary = summary_;
+    compute = peer_epsilons_;
+  }
+  const Json peers = peer_epsilons_at(step, summary, compute);
   const std::lock_guard<std::mutex> lock(mutex_);
   Json s;
   s["facts"] = facts_;
@@ -131,7 +141,6 @@ Json StatusBoard::status() const {
   s["step"] = step;
   s["wall_s"] = wall_s;
   s["seconds_since_step"] = last_ns < 0 ? Json(nullptr) : Json(wall_s - last_ns * 1e-9);
-  const Json peers = peer_epsilons_at(step);
   s["peer_epsilons"] = peers.is_null() ? Json(nullptr) : peers["epsilons"];
   s["peer_epsilons_step"] = peers.is_null() ? Json(nullptr) : peers["step"];
   s["epochs"] = epochs_;

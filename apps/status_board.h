@@ -46,7 +46,9 @@ class StatusBoard {
 
  private:
   using Clock = std::chrono::steady_clock;
-  Json peer_epsilons_at(long long step) const;  // under mutex_, cached per step
+  // Cached under cache_mutex_ alone, so that the accountant's work never holds mutex_, which
+  // rank 0's training thread takes to add its lines.
+  Json peer_epsilons_at(long long step, const Json& summary, const PeerEpsilons& compute) const;
 
   const Clock::time_point start_ = Clock::now();
   std::atomic<long long> step_{0};
@@ -60,6 +62,7 @@ class StatusBoard {
   long long consensus_dropped_ = 0;
   Json summary_;           // null until the end
   std::string failure_;    // empty unless the run failed
+  mutable std::mutex cache_mutex_;
   mutable long long cached_step_ = -1;  // the step cached_epsilons_ are for
   mutable Clock::time_point cached_at_;
   mutable Json cached_epsilons_;
