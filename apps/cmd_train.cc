@@ -191,6 +191,7 @@ struct Links {
   std::unique_ptr<net::Transport> shaped;  // the emulated network over it (--network, --link)
   std::optional<net::TracingTransport> traced;
   std::optional<collective::Communicator> comm;
+  TransportPlan plan;  // which peers this one reaches over shared memory, which over TCP
 };
 
 // The peers rank `rank` connects to: the collectives' (the initial broadcast, evaluation and
@@ -230,7 +231,7 @@ void connect(Links& links, const TrainConfig& c, const TrainFlags& flags, const 
   const std::set<int> talk_to = peers_of(peers.rank, c, peers, algo, phases);
   links.transport = make_transport(peers.hosts, peers.rank,
                                    std::vector<int>(talk_to.begin(), talk_to.end()), c.transport,
-                                   link, tcp);
+                                   link, tcp, {}, &links.plan);
   if (!emulated.empty() && peers.rank == 0) DPG_INFO("emulated network: " << emulated);
   links.shaped = shape_links(*links.transport, network);
   net::Transport& carrier = links.shaped ? *links.shaped : *links.transport;
@@ -308,15 +309,15 @@ void write_report(const TrainFlags& flags, const StatusPage* page) {
 // The run's facts on the page once its plan is made. Each peer's epsilon while the run goes
 // on is the plan's at rank 0's step, where the plan's rates hold for every step so far: not
 // after --balance-every changes them, nor on a resume (which charges replayed steps).
-void start_status(StatusPage& page, const TrainFlags& flags, const TrainConfig& c,
-                  const std::string& run, const Peers& peers, const train::AlgoInfo& algo,
+void start_status(StatusPage& page, const TrainConfig& c, const std::string& run,
+                  const Peers& peers, const TransportPlan& links, const train::AlgoInfo& algo,
                   const std::vector<train::GossipPhase>& graphs, const dp::PrivacyPlan& plan) {
   RunFacts f;
   f.run = run;
   f.config = &c;
   f.hosts = &peers.hosts;
   f.world = peers.world();
-  f.tls = flags.tls;
+  f.links = &links;
   f.synchronous = !algo.asynchronous;
   f.phases = &graphs;
   f.plan = &plan;
@@ -444,7 +445,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   train::Trainer trainer(std::move(in));
   const int epochs = epoch_count(c);
   const std::string run = c.run_name.empty() ? default_run_name(c, peers.world()) : c.run_name;
-  if (status) start_status(*status, flags, c, run, peers, algo, graphs, trainer.plan());
+  if (status) start_status(*status, c, run, peers, links.plan, algo, graphs, trainer.plan());
   auto metrics_line = [&](Json line, const char* kind) {
     line["run"] = run;
     line["kind"] = kind;

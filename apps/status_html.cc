@@ -137,7 +137,7 @@ function render(s) {
     const step = p.rank === 0 ? s.step : steps ? steps[p.rank] : f.peers_in_step ? "\u2248 " + s.step : null;
     const eps = s.peer_epsilons ? s.peer_epsilons[p.rank] : null;
     const state = s.state === "running" ? (p.rank === 0 || !steps || steps[p.rank] !== null ? "running" : "not heard in the last report") : s.state;
-    for (const [v, cls] of [[p.rank, ""], [p.host, "l"], [p.transport, "l"], [step, ""], [fmt(eps), ""], [state, "l"]]) {
+    for (const [v, cls] of [[p.rank, ""], [p.host, "l"], [p.transport === null ? "no link" : p.transport, "l"], [step, ""], [fmt(eps), ""], [state, "l"]]) {
       const td = document.createElement("td");
       td.textContent = v === null || v === undefined ? "\u2013" : v;
       if (cls) td.className = cls;

@@ -13,15 +13,19 @@ namespace {
 // Points on the plan's curve of the model's epsilon against steps.
 constexpr int kPlanPoints = 40;
 
-// How rank 0 reaches rank r, as the transport set-up chooses it (transport_setup.h): shared
-// memory with a peer on its own host under "auto" (TCP with --tls), else the mode itself.
-std::string transport_of(const RunFacts& f, int r) {
-  const TrainConfig& c = *f.config;
+// How rank 0 reaches rank r: the link make_transport built to it (with --transport nccl the
+// algorithm's messages go through NCCL, the rest over that link), or none.
+Json transport_of(const RunFacts& f, int r) {
   if (r == 0) return "this process";
-  if (c.transport == TransportMode::nccl) return "nccl";
-  const bool same_host = f.hosts->peers[0].host == f.hosts->peers[static_cast<std::size_t>(r)].host;
-  if (c.transport == TransportMode::automatic) return same_host && !f.tls ? "shm" : "tcp";
-  return to_string(c.transport);
+  const auto has = [r](const std::vector<int>& v) {
+    return std::find(v.begin(), v.end(), r) != v.end();
+  };
+  const char* link = f.links == nullptr          ? nullptr
+                     : has(f.links->shm_peers)  ? "shm"
+                     : has(f.links->tcp_peers)  ? "tcp"
+                                                : nullptr;
+  if (link == nullptr) return nullptr;  // rank 0 exchanges nothing with it
+  return f.config->transport == TransportMode::nccl ? std::string("nccl + ") + link : link;
 }
 
 Json graphs_of(const std::vector<train::GossipPhase>& phases) {
@@ -61,7 +65,6 @@ Json status_facts(const RunFacts& f) {
   j["algo"] = to_string(c.algo);
   j["peers"] = f.world;
   j["peers_in_step"] = f.synchronous && f.world > 1;
-  j["transport"] = f.world > 1 ? to_string(c.transport) : "none";
   Json peers = Json::array();
   for (int r = 0; r < f.world; ++r) {
     Json p{{"rank", r}};

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "apps/status_board.h"
+#include "apps/transport_setup.h"
 #include "dp/privacy_plan.h"
 #include "runtime/core/train_config.h"
 #include "runtime/http/server.h"
@@ -29,7 +30,7 @@ struct RunFacts {
   const TrainConfig* config = nullptr;
   const net::HostsFile* hosts = nullptr;  // null or empty: one process
   int world = 1;
-  bool tls = false;                       // --tls: every link over TCP
+  const TransportPlan* links = nullptr;   // rank 0's links, as make_transport built them
   bool synchronous = true;                // the peers stay in step with rank 0
   const std::vector<train::GossipPhase>* phases = nullptr;
   const dp::PrivacyPlan* plan = nullptr;

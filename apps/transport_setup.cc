@@ -64,7 +64,8 @@ std::string describe(const TransportPlan& plan) {
 std::unique_ptr<net::Transport> make_transport(const net::HostsFile& hosts, int rank,
                                                const std::vector<int>& peers, TransportMode mode,
                                                const net::LinkOptions& link,
-                                               net::TcpOptions tcp, net::ShmOptions shm) {
+                                               net::TcpOptions tcp, net::ShmOptions shm,
+                                               TransportPlan* chosen) {
   static_cast<net::LinkOptions&>(tcp) = link;
   static_cast<net::LinkOptions&>(shm) = link;
   // TLS's certificates name who a peer is; shared memory checks only the user id, so a run that
@@ -75,6 +76,7 @@ std::unique_ptr<net::Transport> make_transport(const net::HostsFile& hosts, int 
   if (tcp.tls) mode = TransportMode::tcp;
   const TransportPlan plan = plan_transport(hosts, rank, peers, mode);
   if (rank == 0) DPG_INFO("transport: " << describe(plan));  // one voice per run
+  if (chosen != nullptr) *chosen = plan;
   if (plan.shm_peers.empty() || mode == TransportMode::tcp) {
     return std::make_unique<net::TcpTransport>(hosts, rank, plan.tcp_peers, tcp);
   }

@@ -30,11 +30,12 @@ TransportPlan plan_transport(const net::HostsFile& hosts, int rank, const std::v
 // every link shares (timeout, config hash, progress thread...), whichever transport carries it;
 // `tcp` and `shm` add each transport's own settings (their LinkOptions part is replaced by
 // `link`). With tcp.tls every peer goes over TCP (auto included) and shm is refused: TLS covers
-// every link.
+// every link. `chosen`, when given, receives the plan it built (the status page shows it).
 std::unique_ptr<net::Transport> make_transport(const net::HostsFile& hosts, int rank,
                                                const std::vector<int>& peers, TransportMode mode,
                                                const net::LinkOptions& link,
-                                               net::TcpOptions tcp = {}, net::ShmOptions shm = {});
+                                               net::TcpOptions tcp = {}, net::ShmOptions shm = {},
+                                               TransportPlan* chosen = nullptr);
 
 // host_of[r]: the index of rank r's host among the hosts file's distinct hosts (as written), for
 // collective::Hierarchy.

@@ -294,6 +294,7 @@ struct Fixture {
   TrainConfig c;
   net::HostsFile hosts;
   std::vector<train::GossipPhase> phases;
+  app::TransportPlan links{{1}, {2}};  // rank 0 reaches 1 over shared memory, 2 over TCP, 3 not
   dp::PrivacyPlan plan;
   Fixture() {
     c.algo = Algo::gossip;
@@ -317,6 +318,7 @@ struct Fixture {
     f.config = &c;
     f.hosts = &hosts;
     f.world = 4;
+    f.links = &links;
     f.phases = &phases;
     f.plan = &plan;
     return app::status_facts(f);
@@ -336,8 +338,9 @@ TEST_CASE("status: the facts: peers, how rank 0 reaches each, the graph, the pla
   CHECK(f["algo"] == "gossip");
   REQUIRE(f["peer_list"].size() == 4);
   CHECK(f["peer_list"][0]["transport"] == "this process");
-  CHECK(f["peer_list"][1]["transport"] == "shm");  // auto, same host
-  CHECK(f["peer_list"][2]["transport"] == "tcp");  // another host
+  CHECK(f["peer_list"][1]["transport"] == "shm");  // as make_transport chose
+  CHECK(f["peer_list"][2]["transport"] == "tcp");
+  CHECK(f["peer_list"][3]["transport"].is_null());  // no link from rank 0
   REQUIRE(f["graphs"].size() == 1);
   CHECK(f["graphs"][0]["edges"].size() == 4);  // the ring's undirected edges, once each
   CHECK(std::abs(f["graphs"][0]["rho"].get<double>() - 1.0 / 3.0) < 1e-9);
