@@ -12,6 +12,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 chromium=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
 [[ -n $chromium ]] || { echo "SKIP: no chromium (apt-get install chromium)"; exit 77; }
 fmnist_work "$bin"
+# headless ARGS...: Chromium without a window, with this test's own profile, a minute at most.
+headless() {
+  timeout 60 "$chromium" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+    --no-first-run --user-data-dir="$work/profile" "$@"
+}
 
 # launch --status-port gives the port to rank 0's command alone.
 "$bin" launch --peers 4 --status-port 0 -- train --algo gossip --topology ring --epochs 10 \
@@ -78,16 +83,12 @@ print("while training: step %d, %d epoch lines, %d metric samples" % (s["step"],
 
 # The page in headless Chromium, while the run trains: a screenshot; then its DOM, in which its
 # script has fetched /api/status and filled the peers' table.
-timeout 60 "$chromium" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
-  --no-first-run --user-data-dir="$work/profile" --virtual-time-budget=3000 \
-  --window-size=1300,1000 --screenshot="$work/live.png" "http://127.0.0.1:$port/" \
-  >/dev/null 2>&1 || fail "chromium --screenshot failed"
+headless --virtual-time-budget=3000 --window-size=1300,1000 --screenshot="$work/live.png" \
+  "http://127.0.0.1:$port/" >/dev/null 2>&1 || fail "chromium --screenshot failed"
 [[ -s $work/live.png ]] || fail "no screenshot"
 if [[ -n ${DPG_STATUS_SHOTS:-} && -s $work/live.png ]]; then cp "$work/live.png" "$DPG_STATUS_SHOTS/status-live.png"; fi
 rc=0
-timeout 60 "$chromium" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
-  --no-first-run --user-data-dir="$work/profile" --virtual-time-budget=8000 \
-  --dump-dom "http://127.0.0.1:$port/" >"$work/dom.html" 2>"$work/chromium.log" || rc=$?
+headless --virtual-time-budget=8000 --dump-dom "http://127.0.0.1:$port/" >"$work/dom.html" 2>"$work/chromium.log" || rc=$?
 [[ $rc == 0 ]] || { tail -5 "$work/chromium.log"; fail "chromium --dump-dom exited $rc"; }
 py '
 import re, sys
@@ -142,10 +143,8 @@ print("after the run: %d steps, epsilon %.4f, as the summary says" % (summary["s
 
 # The report: one file, the page with the run's end inside, drawn by Chromium without a server.
 [[ -s $work/report.html ]] || fail "no report written"
-timeout 60 "$chromium" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
-  --no-first-run --user-data-dir="$work/profile" --virtual-time-budget=3000 \
-  --dump-dom "file://$work/report.html" >"$work/report-dom.html" 2>/dev/null ||
-  fail "chromium could not open the report"
+headless --virtual-time-budget=3000 --dump-dom "file://$work/report.html" \
+  >"$work/report-dom.html" 2>/dev/null || fail "chromium could not open the report"
 py '
 import json, re, sys
 dom = open(sys.argv[1]).read()
@@ -160,10 +159,8 @@ assert env.get("dpgossip_commit") and int(env["cores"]) >= 1, env
 print("report: 4 peers, %d steps, %s" % (summary["steps"], privacy[:60]))
 ' "$work/report-dom.html" "$work/m.jsonl"
 if [[ -n ${DPG_STATUS_SHOTS:-} ]]; then
-  timeout 60 "$chromium" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
-    --no-first-run --user-data-dir="$work/profile" --virtual-time-budget=3000 \
-    --window-size=1300,1700 --screenshot="$DPG_STATUS_SHOTS/status-report.png" \
-    "file://$work/report.html" >/dev/null 2>&1 || fail "chromium --screenshot of the report failed"
+  headless --virtual-time-budget=3000 --window-size=1300,1700 \
+    --screenshot="$DPG_STATUS_SHOTS/status-report.png" "file://$work/report.html" >/dev/null 2>&1 || fail "chromium --screenshot of the report failed"
 fi
 
 # The linger ends on SIGINT (passed on by the launcher to rank 0).

@@ -126,10 +126,7 @@ http::Server echo_server(http::ServerOptions o = {}) {
 }  // namespace
 
 TEST_CASE("http: GET and HEAD reach the handler; other methods get 405; errors 500") {
-  http::Server s(http::ServerOptions{}, [](const http::Request& r) {
-    if (r.target == "/throw") throw std::runtime_error("handler failed");
-    return http::Response{200, "text/plain", r.method + " " + r.target + " [" + r.authorization + "]"};
-  });
+  http::Server s = echo_server();
   REQUIRE(s.port() != 0);
   {
     Client c(s.port());
