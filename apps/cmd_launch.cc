@@ -34,7 +34,7 @@ struct LaunchFlags {
   double grace_s = 5.0;
   double peer_memory_mb = 0;    // 0: estimated from the command and its data folder
   bool no_memory_check = false;
-  std::optional<int> status_port;    // given to rank 0's train command alone
+  std::optional<int> status_port;    // given to every train command here (rank 0 serves)
   std::vector<std::string> command;  // everything after --
   CLI::Option* hosts_opt = nullptr;
   CLI::Option* peers_opt = nullptr;
@@ -76,22 +76,18 @@ void require_local_memory(const LaunchFlags& f, size_t local_peers, int world) {
                  "--peer-memory-mb sets the figure per peer, --no-memory-check skips this check");
 }
 
-// launch --status-port: rank 0 serves the page (train --status-port), so only its command
-// gets the flag.
-void add_status_port(std::vector<Child>& children, int port, const std::string& hosts_path) {
+// launch --status-port: rank 0 serves the page (train --status-port) and every other peer feeds
+// it its figures, so every command here gets the flag (on rank 0's host too: the peers agree on
+// it at connection).
+void add_status_port(std::vector<Child>& children, int port) {
   for (Child& c : children) {
-    if (c.label != "0") continue;
     if (c.argv.size() < 2 || c.argv[1] != "train")
       fail(Code::invalid_argument, "launch: --status-port is for a train command (after --)");
     if (has_flag(c.argv, "--status-port"))
       fail(Code::invalid_argument,
            "launch: --status-port is given twice (to launch and to the command after --)");
     c.argv.insert(c.argv.begin() + 2, {"--status-port", std::to_string(port)});
-    return;
   }
-  fail(Code::invalid_argument, "launch: --status-port: rank 0 of " + hosts_path +
-                                   " is not on this machine; give --status-port to the launch "
-                                   "on rank 0's host, which serves the page");
 }
 
 void run_launch(const LaunchFlags& f) {
@@ -112,7 +108,7 @@ void run_launch(const LaunchFlags& f) {
     hosts = net::load_hosts(path);
   }
   std::vector<Child> children = local_children(hosts, path, proc::self_path().string(), f.command);
-  if (f.status_port) add_status_port(children, *f.status_port, path);
+  if (f.status_port) add_status_port(children, *f.status_port);
   // The same cap as --peers, and a check that the local peers fit, before one is started.
   if (children.size() > static_cast<size_t>(kMaxLocalPeers))
     fail(Code::invalid_argument, "launch: " + path + " puts " + std::to_string(children.size()) +
@@ -150,8 +146,9 @@ void add_launch(CLI::App& app) {
                   "folder's manifest, the model and the batch; docs/LIMITS.md)")
       ->check(CLI::Range(0.0, 1048576.0));
   cmd->add_option("--status-port", f->status_port,
-                  "rank 0 serves the run's live status page on this port (train --status-port; "
-                  "docs/STATUS.md)")
+                  "rank 0 serves the run's live status page on this port and every other peer "
+                  "feeds it (train --status-port, given to every command; on several hosts give "
+                  "it to each launch; docs/STATUS.md)")
       ->check(CLI::Range(0, 65535));
   cmd->add_flag("--no-memory-check", f->no_memory_check,
                 "start the peers even when they seem not to fit in the available memory");

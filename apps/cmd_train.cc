@@ -20,6 +20,7 @@
 #include "apps/emulation.h"
 #include "apps/gossip_setup.h"
 #include "apps/guards.h"
+#include "apps/status_feed.h"
 #include "apps/status_page.h"
 #include "apps/status_report.h"
 #include "apps/trace_output.h"
@@ -74,6 +75,9 @@ struct TrainFlags {
   std::string status_address = "127.0.0.1";
   double status_linger_s = 0;   // seconds rank 0 keeps serving once the run has ended
   std::string report;           // rank 0 writes the run's report (HTML) here at its end
+  // Every peer sends its live figures to rank 0 (apps/status_feed.h) when the run has a page or
+  // a report; the peers agree on it at connection.
+  bool status_feed() const { return status_port.has_value() || !report.empty(); }
 };
 
 // Applies each flag that was given on the command line over the config read from the file.
@@ -189,17 +193,25 @@ void check_noise_seed(const TrainConfig& c, int world) {
 struct Links {
   std::unique_ptr<net::Transport> transport;
   std::unique_ptr<net::Transport> shaped;  // the emulated network over it (--network, --link)
+  std::optional<net::LinkCounters> counters;  // for the status feed
   std::optional<net::TracingTransport> traced;
   std::optional<collective::Communicator> comm;
   TransportPlan plan;  // which peers this one reaches over shared memory, which over TCP
 };
 
 // The peers rank `rank` connects to: the collectives' (the initial broadcast, evaluation and
-// metrics), plus the algorithm's own (gossip: the neighbours of every graph of the run).
+// metrics), plus the algorithm's own (gossip: the neighbours of every graph of the run), plus
+// rank 0 for the status feed (rank 0: everyone).
 std::set<int> peers_of(int rank, const TrainConfig& c, const Peers& peers,
-                       const train::AlgoInfo& algo, const std::vector<train::GossipPhase>& phases) {
+                       const train::AlgoInfo& algo, const std::vector<train::GossipPhase>& phases,
+                       bool feed) {
   const collective::Options copt;
   std::set<int> talk_to;
+  if (feed) {
+    for (int p = 0; p < peers.world(); ++p) {
+      if (p != rank && (rank == 0 || p == 0)) talk_to.insert(p);
+    }
+  }
   for (int p : collective::peers_needed(rank, peers.world(), copt)) talk_to.insert(p);
   for (int p : algo.peers(c, rank, peers.world(), phases)) talk_to.insert(p);
   if (c.hierarchical) {
@@ -221,26 +233,32 @@ void connect(Links& links, const TrainConfig& c, const TrainFlags& flags, const 
   const std::string emulated = network.describe();
   link.config_hash = shared_settings_hash(c) ^
                      (peers.hosts.topology.is_null() ? 0 : fnv1a64(peers.hosts.topology.dump())) ^
-                     (emulated.empty() ? 0 : fnv1a64("network " + emulated));
+                     (emulated.empty() ? 0 : fnv1a64("network " + emulated)) ^
+                     (flags.status_feed() ? fnv1a64("status feed") : 0);
   // An algorithm that overlaps communication with computation needs a progress thread, and so
   // does the shaper, whose threads send while the training thread waits.
   link.progress_thread = algo.overlaps(c) || network.any();
   link.stop = &g_stop_requested;  // SIGINT or SIGTERM ends the set-up within 100 ms
   net::TcpOptions tcp;
   tcp.tls = flags.tls;
-  const std::set<int> talk_to = peers_of(peers.rank, c, peers, algo, phases);
+  const std::set<int> talk_to = peers_of(peers.rank, c, peers, algo, phases, flags.status_feed());
   links.transport = make_transport(peers.hosts, peers.rank,
                                    std::vector<int>(talk_to.begin(), talk_to.end()), c.transport,
                                    link, tcp, {}, &links.plan);
   if (!emulated.empty() && peers.rank == 0) DPG_INFO("emulated network: " << emulated);
   links.shaped = shape_links(*links.transport, network);
   net::Transport& carrier = links.shaped ? *links.shaped : *links.transport;
-  if (tracer.on()) links.traced.emplace(carrier, tracer);
+  if (flags.status_feed()) links.counters.emplace(peers.world());
+  if (tracer.on() || links.counters) {
+    links.traced.emplace(carrier, tracer, links.counters ? &*links.counters : nullptr);
+  }
   links.comm.emplace(links.traced ? static_cast<net::Transport&>(*links.traced) : carrier,
                      collective::Options{});
   if (!links.shaped) return;
   // What the emulated links deliver, beside what they were asked.
-  auto connected = [&](int a, int b) { return peers_of(a, c, peers, algo, phases).count(b) > 0; };
+  auto connected = [&](int a, int b) {
+    return peers_of(a, c, peers, algo, phases, flags.status_feed()).count(b) > 0;
+  };
   probe_links(*links.comm, *links.shaped, network,
               links_to_probe(network, peers.world(), connected), 0.2);
 }
@@ -380,6 +398,10 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   Links links;
   if (peers.world() > 1) connect(links, c, flags, peers, algo, phases, network, tracer);
   collective::Communicator* comm = links.comm ? &*links.comm : nullptr;
+  // Every peer's live figures to rank 0's page, over the links themselves (not their emulated
+  // shape, nor counted in them).
+  std::optional<StatusFeed> feed;
+  if (links.counters) feed.emplace(*links.transport, *links.counters, status ? &status->board() : nullptr);
   train::RunInputs in;
   in.config = c;
   in.data = load_or_prepare(c, peers.rank, peers.world());
@@ -438,8 +460,11 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   in.slowdown = slowdown;
   in.hooks.stop = &g_stop_requested;
   const bool reporter = peers.rank == 0;
-  if (status) {
-    in.hooks.step = [&status](long long t, std::span<const float>) { status->board().on_step(t); };
+  if (status || feed) {
+    in.hooks.step = [&status, &feed](long long t, std::span<const float>) {
+      if (status) status->board().on_step(t);
+      if (feed) feed->on_step(t);
+    };
   }
   const std::vector<train::GossipPhase> graphs = in.phases;
   train::Trainer trainer(std::move(in));
@@ -481,6 +506,7 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
     }
     throw;
   }
+  if (feed) feed->finish();  // on every peer before the trace's gather, which rank 0 would hold up
   finish_trace(tracer, comm, c.trace);
   if (!reporter) return;
   // The page keeps serving the end of the run for --status-linger seconds.

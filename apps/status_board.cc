@@ -57,6 +57,40 @@ class Text {
   std::ostringstream out_;
 };
 
+std::string peer_label(const Json& p) { return "peer=\"" + std::to_string(p["rank"].get<int>()) + '"'; }
+
+// Each peer's figures from the status feed (StatusBoard::live_peers).
+void live_metrics(Text& t, const Json& live) {
+  if (!live.is_array()) return;
+  auto per_peer = [&](const char* name, const char* type, const char* help, const char* key) {
+    t.family(name, type, help);
+    for (const Json& p : live) {
+      if (p.contains(key) && p[key].is_number()) t.sample(p[key].get<double>(), peer_label(p));
+    }
+  };
+  per_peer("dpgossip_peer_step", "gauge", "Each peer's step, as it last told rank 0.", "step");
+  per_peer("dpgossip_peer_last_heard_seconds", "gauge",
+           "Seconds since rank 0 last heard from each peer (its status feed).", "last_heard_s");
+  per_peer("dpgossip_peer_bytes_sent_total", "counter", "Bytes each peer's links have sent.",
+           "bytes_sent");
+  per_peer("dpgossip_peer_bytes_received_total", "counter",
+           "Bytes each peer's links have received.", "bytes_received");
+  per_peer("dpgossip_peer_blocked_seconds_total", "counter",
+           "Seconds each peer's training thread has been blocked waiting on its links.",
+           "blocked_s");
+  per_peer("dpgossip_peer_in_flight_seconds_total", "counter",
+           "Seconds some message of each peer's step was in flight.", "in_flight_s");
+  t.family("dpgossip_link_bytes_sent_total", "counter", "Bytes sent over each link, by its sender.");
+  for (const Json& p : live) {
+    if (!p.contains("links")) continue;
+    for (const Json& l : p["links"]) {
+      t.sample(l["bytes_sent"].get<double>(), "from=\"" + std::to_string(p["rank"].get<int>()) +
+                                                  "\",to=\"" +
+                                                  std::to_string(l["peer"].get<int>()) + '"');
+    }
+  }
+}
+
 }  // namespace
 
 void StatusBoard::start(Json facts, PeerEpsilons peer_epsilons) {
@@ -97,6 +131,75 @@ void StatusBoard::finish(const Json& summary) {
 void StatusBoard::fail(const std::string& why) {
   const std::lock_guard<std::mutex> lock(mutex_);
   failure_ = why.empty() ? "failed" : why;
+}
+
+void StatusBoard::peer_figures(int rank, PeerFigures figures) {
+  const auto now = Clock::now();
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (heard_.empty()) heard_.resize(figures.sent.size());
+  if (rank < 0 || static_cast<std::size_t>(rank) >= heard_.size() ||
+      figures.sent.size() != heard_.size()) {
+    return;
+  }
+  Heard& h = heard_[static_cast<std::size_t>(rank)];
+  if (h.heard) {
+    h.before = std::move(h.last);
+    h.twice = true;
+  }
+  h.last = std::move(figures);
+  h.heard = true;
+  h.at = now;
+}
+
+Json StatusBoard::live_peers(Clock::time_point now) const {
+  Json out = Json::array();
+  for (std::size_t r = 0; r < heard_.size(); ++r) {
+    const Heard& h = heard_[r];
+    Json p{{"rank", r}};
+    if (!h.heard) {
+      p["state"] = "not heard from";
+      out.push_back(std::move(p));
+      continue;
+    }
+    const PeerFigures& f = h.last;
+    const double ago = std::chrono::duration<double>(now - h.at).count();
+    p["last_heard_s"] = ago;
+    p["step"] = f.step;
+    p["state"] = f.finished                                   ? "finished"
+                 : ago > kSilentAfter.count()                 ? "silent"
+                 : f.waiting_on >= 0 && f.waiting_s >= 1.0    ? "waiting"
+                                                              : "running";
+    p["waiting_on"] = f.waiting_on >= 0 ? Json(f.waiting_on) : Json(nullptr);
+    p["waiting_s"] = f.waiting_s;
+    p["clock_s"] = f.clock_s;
+    p["in_flight_s"] = f.in_flight_s;
+    p["blocked_s"] = f.blocked_s;
+    double sent = 0, received = 0;
+    for (const double b : f.sent) sent += b;
+    for (const double b : f.received) received += b;
+    p["bytes_sent"] = sent;
+    p["bytes_received"] = received;
+    // Rates over the interval between the last two figures, on the peer's own clock.
+    const double dt = h.twice ? f.clock_s - h.before.clock_s : 0;
+    const bool rates = dt > 0;
+    p["interval_s"] = rates ? Json(dt) : Json(nullptr);
+    p["steps_per_second"] =
+        rates ? Json(static_cast<double>(f.step - h.before.step) / dt) : Json(nullptr);
+    p["in_flight_share"] = rates ? Json((f.in_flight_s - h.before.in_flight_s) / dt) : Json(nullptr);
+    p["blocked_share"] = rates ? Json((f.blocked_s - h.before.blocked_s) / dt) : Json(nullptr);
+    Json links = Json::array();
+    for (std::size_t q = 0; q < f.sent.size(); ++q) {
+      if (f.sent[q] == 0 && f.received[q] == 0) continue;
+      links.push_back({{"peer", q},
+                       {"bytes_sent", f.sent[q]},
+                       {"bytes_received", f.received[q]},
+                       {"sent_per_second",
+                        rates ? Json((f.sent[q] - h.before.sent[q]) / dt) : Json(nullptr)}});
+    }
+    p["links"] = std::move(links);
+    out.push_back(std::move(p));
+  }
+  return out;
 }
 
 Json StatusBoard::peer_epsilons_at(long long step, const Json& summary,
@@ -147,6 +250,7 @@ Json StatusBoard::status() const {
   s["consensus"] = consensus_;
   s["consensus_dropped"] = consensus_dropped_;
   s["summary"] = summary_;
+  s["live"] = heard_.empty() ? Json(nullptr) : live_peers(Clock::now());
   return s;
 }
 
@@ -190,6 +294,7 @@ std::string StatusBoard::prometheus() const {
   const Json last_consensus = s["consensus"].empty() ? last_epoch : s["consensus"].back();
   const double spread = number(last_consensus, "consensus_distance");
   if (std::isfinite(spread) && spread >= 0) t.sample(spread);
+  live_metrics(t, s["live"]);
   t.family("dpgossip_running", "gauge", "1 while the run trains, 0 once it has ended.");
   t.sample(s["state"] == "running" ? 1 : 0);
   t.family("dpgossip_failures", "gauge", "1 when the run failed (the page says why).");

@@ -15,6 +15,19 @@
 
 namespace dpg::app {
 
+// One peer's live figures as its status feed sent them (apps/status_feed.h): counts since its
+// feed started, on that peer's own clock.
+struct PeerFigures {
+  long long step = 0;
+  double clock_s = 0;                  // the peer's clock at these figures
+  double in_flight_s = 0;              // its step's transfers in flight (their union)
+  double blocked_s = 0;                // its training thread blocked in waits
+  int waiting_on = -1;                 // the peer that thread waits on now, or -1
+  double waiting_s = 0;                // for how long
+  bool finished = false;               // its last figures: its run ended well
+  std::vector<double> sent, received;  // bytes to and from each peer
+};
+
 class StatusBoard {
  public:
   // Each peer's epsilon for its data after `step` steps, in rank order; null where it cannot
@@ -33,6 +46,8 @@ class StatusBoard {
   // The run's end: its summary line ("summary" or "stopped"), or why it failed.
   void finish(const Json& summary);
   void fail(const std::string& why);
+  // A peer's figures, from the status feed's thread (rank 0's own included).
+  void peer_figures(int rank, PeerFigures figures);
 
   Json status() const;                 // the /api/status document
   std::string prometheus() const;      // the /metrics text (Prometheus's format 0.0.4)
@@ -43,12 +58,23 @@ class StatusBoard {
   // Each peer's epsilon is the accountant's for a new step (tens of ms with PLD, on the server's
   // thread, beside training): recomputed at most this often, however often clients ask.
   static constexpr std::chrono::seconds kPeerEpsilonsEvery{5};
+  // A peer whose status feed has said nothing for this long (it sends every second) is silent.
+  static constexpr std::chrono::seconds kSilentAfter{5};
 
  private:
   using Clock = std::chrono::steady_clock;
   // Cached under cache_mutex_ alone, so that the accountant's work never holds mutex_, which
   // rank 0's training thread takes to add its lines.
   Json peer_epsilons_at(long long step, const Json& summary, const PeerEpsilons& compute) const;
+  Json live_peers(Clock::time_point now) const;  // under mutex_
+
+  // A peer's last figures and the ones before (rates are their difference), and when the last
+  // came: one entry per rank, sized by the first figures.
+  struct Heard {
+    PeerFigures last, before;
+    bool heard = false, twice = false;
+    Clock::time_point at;
+  };
 
   const Clock::time_point start_ = Clock::now();
   std::atomic<long long> step_{0};
@@ -62,6 +88,7 @@ class StatusBoard {
   long long consensus_dropped_ = 0;
   Json summary_;           // null until the end
   std::string failure_;    // empty unless the run failed
+  std::vector<Heard> heard_;
   mutable std::mutex cache_mutex_;
   mutable long long cached_step_ = -1;  // the step cached_epsilons_ are for
   mutable Clock::time_point cached_at_;

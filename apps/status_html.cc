@@ -14,22 +14,25 @@ h1{font-size:20px;margin:0 0 4px} h2{font-size:15px;margin:18px 0 6px}
 .facts span{margin-right:18px} .bad{color:#b00} .note{color:#666;font-size:12px}
 table{border-collapse:collapse;background:#fff} td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#eee} td.l,th.l{text-align:left}
-.grid{display:flex;flex-wrap:wrap;gap:16px} .card{background:#fff;border:1px solid #ccc;padding:8px}
+.grid{display:flex;flex-wrap:wrap;gap:16px} .card{background:#fff;border:1px solid #ccc;padding:8px;max-width:440px}
 svg text{font-size:11px;fill:#333} .axis{stroke:#999} .c0{stroke:#1f77b4;fill:none;stroke-width:2}
 .c1{stroke:#d62728;fill:none;stroke-width:1.5;stroke-dasharray:5 3} .band{fill:#1f77b4;opacity:.15}
-.edge{stroke:#888} .node{fill:#1f77b4} .node.failed{fill:#b00}
+.edge{stroke:#888} .edge.extra{stroke:#bbb;stroke-dasharray:3 3} .node{fill:#1f77b4} .node.failed{fill:#b00} .rate{fill:#555;font-size:10px}
+.s0{fill:#2ca02c} .s1{fill:#ff7f0e} .s2{fill:#d62728}
 </style></head><body>
 <h1 id="title">dpgossip run</h1>
 <div class="facts" id="facts">waiting for the first status...</div>
 <div id="failure" class="bad"></div>
 <h2>Peers</h2><table id="peers"><thead><tr><th>rank</th><th class="l">host</th><th class="l">transport</th>
-<th>step</th><th id="eps-head">epsilon (its data)</th><th class="l">state</th></tr></thead><tbody></tbody></table>
+<th>step</th><th>samples/s (wall)</th><th id="eps-head">epsilon (its data)</th><th class="l">state</th><th>last heard</th>
+<th>sent</th><th>received</th><th>blocked</th><th>in flight</th></tr></thead><tbody></tbody></table>
 <div class="note" id="peers-note"></div>
 <div class="grid">
 <div class="card"><h2>Topology</h2><svg id="graph" width="300" height="300"></svg><div id="graph-note" class="note"></div></div>
 <div class="card"><h2 id="acc-title">Test accuracy</h2><svg id="acc" width="420" height="260"></svg><div class="note" id="acc-note"></div></div>
 <div class="card"><h2>Privacy spent</h2><svg id="eps" width="420" height="260"></svg><div class="note" id="eps-note"></div></div>
 <div class="card"><h2>Consensus distance</h2><svg id="cons" width="420" height="260"></svg><div class="note" id="cons-note"></div></div>
+<div class="card"><h2 id="split-title">Time split</h2><svg id="split" width="420" height="260"></svg><div class="note" id="split-note"></div></div>
 </div>
 <h2>Privacy</h2><p id="privacy"></p>
 <h2>Configuration</h2><details><summary>the run's config (less its noise seed)</summary><pre id="config"></pre></details>
@@ -88,23 +91,77 @@ function chart(id, xlabel, series, log) {
     if (pts.length) svg.appendChild(el("polyline", {points: pts.join(" "), class: s.cls}));
   }
 }
-function graph(facts, failed) {
+function bytes(v) {
+  if (v === null || v === undefined) return "\u2013";
+  const u = ["B", "kB", "MB", "GB", "TB"];
+  let i = 0;
+  while (Math.abs(v) >= 1000 && i < u.length - 1) { v /= 1000; ++i; }
+  return v.toFixed(i ? 1 : 0) + " " + u[i];
+}
+// Each link's rate both ways (bytes/s over the last interval of the senders' figures), by "i-j".
+function link_rates(live) {
+  const r = {};
+  for (const p of live || []) for (const l of p.links || []) {
+    const k = Math.min(p.rank, l.peer) + "-" + Math.max(p.rank, l.peer);
+    if (l.sent_per_second !== null) r[k] = (r[k] || 0) + l.sent_per_second;
+    else if (!(k in r)) r[k] = null;
+  }
+  return r;
+}
+function graph(facts, failed, live, ended) {
   const svg = document.getElementById("graph");
   while (svg.firstChild) svg.removeChild(svg.firstChild);
   const n = facts.peers, g = (facts.graphs || [])[0];
   const pos = r => [150 + 120 * Math.cos(2 * Math.PI * r / n - Math.PI / 2), 150 + 120 * Math.sin(2 * Math.PI * r / n - Math.PI / 2)];
-  if (g) for (const [i, j] of g.edges) {
-    const a = pos(i), b = pos(j);
-    svg.appendChild(el("line", {x1: a[0], y1: a[1], x2: b[0], y2: b[1], class: "edge"}));
+  const rates = link_rates(live);
+  // The graph's edges; with no graph (or beside it), every link that carried bytes.
+  const edges = g ? g.edges.map(e => [Math.min(e[0], e[1]), Math.max(e[0], e[1]), false]) : [];
+  for (const k of Object.keys(rates)) {
+    const [i, j] = k.split("-").map(Number);
+    if (!edges.some(e => e[0] === i && e[1] === j)) edges.push([i, j, !!g]);
+  }
+  for (const [i, j, extra] of edges) {
+    const a = pos(i), b = pos(j), k = i + "-" + j;
+    svg.appendChild(el("line", {x1: a[0], y1: a[1], x2: b[0], y2: b[1], class: extra ? "edge extra" : "edge"}));
+    if (!ended && n <= 16 && rates[k] !== undefined && rates[k] !== null) {
+      svg.appendChild(el("text", {x: (a[0] + b[0]) / 2 - 14, y: (a[1] + b[1]) / 2 - 3, class: "rate"}, bytes(rates[k]) + "/s"));
+    }
   }
   for (let r = 0; r < n; ++r) {
     const p = pos(r);
     svg.appendChild(el("circle", {cx: p[0], cy: p[1], r: n > 32 ? 3 : 9, class: "node" + (failed ? " failed" : "")}));
     if (n <= 32) svg.appendChild(el("text", {x: p[0] + 11, y: p[1] + 4}, String(r)));
   }
-  text("graph-note", g ? g.label + ": spectral gap " + fmt(g.spectral_gap) + ", rho " + fmt(g.rho) +
+  text("graph-note", (g ? g.label + ": spectral gap " + fmt(g.spectral_gap) + ", rho " + fmt(g.rho) +
        ((facts.graphs.length > 1) ? " (first of " + facts.graphs.length + " phases)" : "")
-       : "every peer talks to every other (" + facts.algo + ")");
+       : "the links that carried bytes (" + facts.algo + ")") +
+       (live ? (ended ? "; the links' totals are in the peers' table" :
+                "; on each link its throughput both ways over the last second; dashed: links outside the graph (the collectives' for the metrics and evaluation)") : ""));
+}
+// Each peer's time, as a bar: computing (not blocked), blocked on a link; and beside it the
+// share with some message in flight, the same definitions as tools/trace_summary.py.
+function split_chart(live, ended) {
+  const svg = document.getElementById("split");
+  while (svg.firstChild) svg.removeChild(svg.firstChild);
+  const rows = (live || []).filter(p => p.step !== undefined).map(p => ended ?
+    [p.rank, p.clock_s > 0 ? p.blocked_s / p.clock_s : null, p.clock_s > 0 ? p.in_flight_s / p.clock_s : null] :
+    [p.rank, p.blocked_share, p.in_flight_share]).filter(r => r[1] !== null);
+  text("split-title", ended ? "Time split, whole run" : "Time split, last second");
+  if (!rows.length) {
+    svg.appendChild(el("text", {x: 20, y: 130}, live ? "no figures yet" : "no figures: this run has one peer"));
+    text("split-note", "");
+    return;
+  }
+  const W = +svg.getAttribute("width"), L = 60, R = 10, h = Math.min(24, 220 / rows.length);
+  rows.forEach(([rank, blocked, flight], i) => {
+    const y = 8 + i * h, w = W - L - R, b = Math.min(1, Math.max(0, blocked));
+    svg.appendChild(el("text", {x: 4, y: y + h * 0.7}, "peer " + rank));
+    svg.appendChild(el("rect", {x: L, y: y, width: w * (1 - b), height: h * 0.45, class: "s0"}));
+    svg.appendChild(el("rect", {x: L + w * (1 - b), y: y, width: w * b, height: h * 0.45, class: "s2"}));
+    svg.appendChild(el("rect", {x: L, y: y + h * 0.5, width: w * Math.min(1, Math.max(0, flight)), height: h * 0.3, class: "s1"}));
+  });
+  text("split-note", "green: computing (the training thread not blocked); red: blocked waiting on a link; orange, below: some message of the step in flight " +
+       "(it overlaps computing: the part of it not red is hidden behind compute). Measured live by each peer's links, as tools/trace_summary.py reads a trace.");
 }
 function render(s) {
   if (!s.facts) {
@@ -132,12 +189,23 @@ function render(s) {
   const steps = lastc && lastc.peer_steps ? lastc.peer_steps : null;
   const body = document.querySelector("#peers tbody");
   body.innerHTML = "";
+  const ended = s.state !== "running" && s.state !== "starting";
   for (const p of f.peer_list) {
     const tr = document.createElement("tr");
-    const step = p.rank === 0 ? s.step : steps ? steps[p.rank] : f.peers_in_step ? "\u2248 " + s.step : null;
+    const lv = s.live ? s.live[p.rank] : null, heard = lv && lv.step !== undefined;
+    const step = heard ? lv.step : p.rank === 0 ? s.step : steps ? steps[p.rank] : f.peers_in_step ? "\u2248 " + s.step : null;
     const eps = s.peer_epsilons ? s.peer_epsilons[p.rank] : null;
-    const state = s.state === "running" ? (p.rank === 0 || !steps || steps[p.rank] !== null ? "running" : "not heard in the last report") : s.state;
-    for (const [v, cls] of [[p.rank, ""], [p.host, "l"], [p.transport === null ? "no link" : p.transport, "l"], [step, ""], [fmt(eps), ""], [state, "l"]]) {
+    let state = s.state === "running" ? (p.rank === 0 || !steps || steps[p.rank] !== null ? "running" : "not heard in the last report") : s.state;
+    if (lv) state = lv.state === "waiting" ? "waiting on " + lv.waiting_on + " for " + fmt(lv.waiting_s, 1) + " s" :
+                    lv.state === "running" && s.state !== "running" ? s.state : lv.state;
+    const rate = heard && !ended && lv.steps_per_second !== null && p.expected_batch ? lv.steps_per_second * p.expected_batch : null;
+    // Over the last interval while the run goes on; over the whole run once it has ended.
+    const share = (k, total) => !heard ? null : ended ? (lv.clock_s > 0 ? lv[total] / lv.clock_s : null) : lv[k];
+    const pct = v => v === null || v === undefined ? null : (100 * v).toFixed(0) + "%";
+    for (const [v, cls] of [[p.rank, ""], [p.host, "l"], [p.transport === null ? "no link" : p.transport, "l"], [step, ""],
+                            [fmt(rate, 0), ""], [fmt(eps), ""], [state, "l"], [heard ? fmt(lv.last_heard_s, 1) + " s ago" : null, ""],
+                            [heard ? bytes(lv.bytes_sent) : null, ""], [heard ? bytes(lv.bytes_received) : null, ""],
+                            [pct(share("blocked_share", "blocked_s")), ""], [pct(share("in_flight_share", "in_flight_s")), ""]]) {
       const td = document.createElement("td");
       td.textContent = v === null || v === undefined ? "\u2013" : v;
       if (cls) td.className = cls;
@@ -145,11 +213,15 @@ function render(s) {
     }
     body.appendChild(tr);
   }
-  text("peers-note", f.peers_in_step ? "A synchronous algorithm: every peer waits for the others (gossip: for its neighbours) at each step, so the peers stay within a few steps of rank 0." :
+  text("peers-note", s.live ? "Each peer's figures as it last sent them to rank 0 (once a second): samples/s is its steps per second of wall time (evaluation and the metrics included, which the epoch lines' figure leaves out) times its expected batch; " +
+       "blocked: the share of time its training thread waited on a link, in flight: the share during which some message of its step was moving (it overlaps computing), " +
+       (ended ? "over the whole run; sent and received: every byte its links carried." : "over the last second; sent and received: every byte its links have carried.") :
+       f.peers_in_step ? "A synchronous algorithm: every peer waits for the others (gossip: for its neighbours) at each step, so the peers stay within a few steps of rank 0." :
        steps ? "Other peers' steps as of the last consensus report (round " + lastc.round + ")." : "");
   text("eps-head", s.peer_epsilons_step !== null && s.peer_epsilons_step !== undefined && s.state === "running" ?
        "epsilon (its data), at step " + s.peer_epsilons_step : "epsilon (its data)");
-  graph(f, s.state === "failed");
+  graph(f, s.state === "failed", s.live, ended);
+  split_chart(s.live, ended);
   const split = last && last.split === "validation" ? "validation" : "test";
   text("acc-title", (split === "validation" ? "Validation" : "Test") + " accuracy");
   const acc = s.epochs.map(e => [e.epoch, e[split + "_accuracy"]]);

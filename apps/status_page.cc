@@ -68,6 +68,12 @@ Json status_facts(const RunFacts& f) {
   Json peers = Json::array();
   for (int r = 0; r < f.world; ++r) {
     Json p{{"rank", r}};
+    // Its expected batch, its sampling rate times its examples (public, as both are): the
+    // page's samples/s for it is its steps/s times this.
+    const auto i = static_cast<std::size_t>(r);
+    if (i < plan.peer_q.size() && i < plan.shard_rows.size()) {
+      p["expected_batch"] = plan.peer_q[i] * plan.shard_rows[i];
+    }
     if (f.hosts != nullptr && !f.hosts->peers.empty()) {
       p["host"] = f.hosts->peers[static_cast<std::size_t>(r)].host;
       p["transport"] = transport_of(f, r);

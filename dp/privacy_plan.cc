@@ -102,6 +102,7 @@ PrivacyPlan plan_privacy(const PlanInputs& in) {
   p.dp = in.dp;
   p.release = in.release;
   p.peers = static_cast<int>(in.shard_rows.size());
+  p.shard_rows = in.shard_rows;
   p.delta = in.delta;
   p.accountant = in.accountant;
   p.q = in.batch_size / total;

@@ -102,6 +102,7 @@ struct PrivacyPlan {
   double q = 0;                      // batch_size / all examples: an epoch is 1 / q steps
   long long steps = 0;               // steps every peer takes
   std::vector<double> peer_q;        // each peer's sampling rate (at the start, with a rate_cap)
+  std::vector<double> shard_rows;    // every peer's training examples, in rank order
   double rate_cap = 0;               // PlanInputs::rate_cap (0: none)
   std::vector<double> peer_batch;    // each peer's mechanism denominator (public expected batch)
   double sigma = 0;                  // the calibrated (or given) multiplier the mode is named for

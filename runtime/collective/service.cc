@@ -6,6 +6,7 @@
 
 #include "runtime/core/check.h"
 #include "runtime/core/log.h"
+#include "runtime/net/link_counters.h"
 
 namespace dpg::collective {
 namespace {
@@ -53,6 +54,7 @@ void Service::serve(const std::vector<int>& clients, uint64_t first, Handler han
 
 void Service::respond(int peer, uint64_t first, const Handler& handler) {
   const log::RankScope scope(t_.rank());
+  const net::OffStepThread off_step;  // serves another peer: not this one's step
   if (tracer_) tracer_->name_thread("responder");
   std::size_t req_max = 0, rep_max = 0;
   for (const auto& o : ops_) {

@@ -36,7 +36,9 @@ inline constexpr uint32_t kOpGroupModel = 11;
 inline constexpr uint32_t kOpReport = 12;
 // A peer's trace part to rank 0, which writes the run's trace (apps/trace_output.cc).
 inline constexpr uint32_t kOpTrace = 13;
+// A peer's live figures to rank 0, for the status page (apps/status_feed.h).
+inline constexpr uint32_t kOpStatus = 14;
 
-static_assert(kOpTrace < kOpsPerSpace, "every id of space 0 stays below kOpsPerSpace");
+static_assert(kOpStatus < kOpsPerSpace, "every id of space 0 stays below kOpsPerSpace");
 
 }  // namespace dpg::net

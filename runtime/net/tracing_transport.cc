@@ -2,31 +2,36 @@
 
 namespace dpg::net {
 
-void TracingTransport::remember(Handle h, bool is_send, int peer, Tag tag, std::size_t bytes,
-                                trace::Clock::time_point at) {
+template <class Post>
+Handle TracingTransport::post(bool is_send, int peer, Tag tag, std::size_t bytes, Post inner_post) {
+  const auto at = trace::Clock::now();
+  const bool step = counters_ != nullptr && !OffStepThread::here();
+  if (step) counters_->posted();
+  Handle h;
+  try {
+    h = inner_post();
+  } catch (...) {
+    if (step) counters_->done();
+    throw;
+  }
   std::lock_guard lk(mu_);
   if (h.slot >= posted_.size()) posted_.resize(std::max<std::size_t>(h.slot + 1, posted_.size() * 2));
-  posted_[h.slot] = Posted{h.generation, true, is_send, peer, tag, bytes, at};
+  posted_[h.slot] = Posted{h.generation, true, is_send, step, peer, tag, bytes, at};
+  return h;
 }
 
 Handle TracingTransport::send(int peer, Tag tag, std::span<const std::byte> data) {
-  if (!tracer_.on()) return inner_.send(peer, tag, data);
-  const auto at = trace::Clock::now();
-  const Handle h = inner_.send(peer, tag, data);
-  remember(h, true, peer, tag, data.size(), at);
-  return h;
+  if (!active()) return inner_.send(peer, tag, data);
+  return post(true, peer, tag, data.size(), [&] { return inner_.send(peer, tag, data); });
 }
 
 Handle TracingTransport::recv(int peer, Tag tag, std::span<std::byte> data) {
-  if (!tracer_.on()) return inner_.recv(peer, tag, data);
-  const auto at = trace::Clock::now();
-  const Handle h = inner_.recv(peer, tag, data);
-  remember(h, false, peer, tag, data.size(), at);
-  return h;
+  if (!active()) return inner_.recv(peer, tag, data);
+  return post(false, peer, tag, data.size(), [&] { return inner_.recv(peer, tag, data); });
 }
 
 void TracingTransport::wait(Handle handle) {
-  if (!tracer_.on()) {
+  if (!active()) {
     inner_.wait(handle);
     return;
   }
@@ -49,10 +54,14 @@ void TracingTransport::wait(Handle handle) {
     args.round = static_cast<long long>(op.tag.round);
     args.chunk = op.tag.chunk;
   }
+  const bool training = counters_ != nullptr && counters_->training_thread();
+  if (training) counters_->wait_begin(op.live ? op.peer : -1);
   const auto begin = trace::Clock::now();
   try {
     inner_.wait(handle);
   } catch (...) {
+    if (training) counters_->wait_end();
+    if (op.live && op.step) counters_->done();
     // The failed wait is on the timeline too; its error is the one that propagates.
     try {
       tracer_.complete("wait", "wait", begin, trace::Clock::now(), args);
@@ -61,6 +70,11 @@ void TracingTransport::wait(Handle handle) {
     throw;
   }
   const auto end = trace::Clock::now();
+  if (counters_ != nullptr) {
+    if (training) counters_->wait_end();
+    if (op.live && op.step) counters_->done();
+    if (op.live) counters_->carried(op.peer, op.is_send, op.bytes);
+  }
   try {
     tracer_.complete("wait", "wait", begin, end, args);
     if (op.live) tracer_.complete(op.is_send ? "send" : "recv", "comm", op.at, end, args);

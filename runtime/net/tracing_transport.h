@@ -2,8 +2,9 @@
 // its post to the return of its wait (name "send" / "recv", category "comm"), and each wait() as a
 // span "wait" (category "wait") covering the time the caller was blocked. Args: peer, bytes, the
 // tag's op / round / chunk, and the tracer's step. It decorates any Transport&, so algorithms see
-// no difference. With the tracer off every call is the inner call plus one branch; a caller that
-// never traces simply does not wrap its transport.
+// no difference. Given LinkCounters, it also counts each peer's bytes and the step's time in
+// flight and blocked (link_counters.h), traced or not. With the tracer off and no counters every
+// call is the inner call plus one branch; a caller that does neither does not wrap its transport.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "runtime/core/trace.h"
+#include "runtime/net/link_counters.h"
 #include "runtime/net/transport.h"
 
 namespace dpg::net {
@@ -19,7 +21,8 @@ namespace dpg::net {
 class TracingTransport final : public Transport {
  public:
   // Both must outlive this object.
-  TracingTransport(Transport& inner, trace::Tracer& tracer) : inner_(inner), tracer_(tracer) {}
+  TracingTransport(Transport& inner, trace::Tracer& tracer, LinkCounters* counters = nullptr)
+      : inner_(inner), tracer_(tracer), counters_(counters) {}
 
   int rank() const override { return inner_.rank(); }
   int world() const override { return inner_.world(); }
@@ -37,16 +40,20 @@ class TracingTransport final : public Transport {
     uint32_t generation = 0;
     bool live = false;
     bool is_send = false;
+    bool step = false;  // counted in the counters' in-flight time
     int peer = 0;
     Tag tag;
     std::size_t bytes = 0;
     trace::Clock::time_point at;
   };
-  void remember(Handle h, bool is_send, int peer, Tag tag, std::size_t bytes,
-                trace::Clock::time_point at);
+  bool active() const { return counters_ != nullptr || tracer_.on(); }
+  // Posts through `inner_post` and remembers the operation for its wait.
+  template <class Post>
+  Handle post(bool is_send, int peer, Tag tag, std::size_t bytes, Post inner_post);
 
   Transport& inner_;
   trace::Tracer& tracer_;
+  LinkCounters* counters_;
   std::mutex mu_;               // several threads may post and wait
   std::vector<Posted> posted_;  // indexed by Handle::slot; grows to the inner table's size once
 };

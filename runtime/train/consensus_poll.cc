@@ -8,6 +8,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "runtime/net/link_counters.h"
 #include "runtime/net/ops.h"
 #include "runtime/train/evaluate.h"
 
@@ -171,6 +172,7 @@ std::optional<ConsensusReport> ConsensusPoll::close(long long step, const Fill& 
 
 void ConsensusPoll::run() {
   const log::RankScope scope(rank_);
+  const net::OffStepThread off_step;  // rank 0's metrics: not its step
   if (tracer_) tracer_->name_thread("consensus poll");
   // Every peer's responder waits for a request within the transport's timeout: between reports
   // rank 0 tells them it is still there.

@@ -18,7 +18,7 @@ headless() {
     --no-first-run --user-data-dir="$work/profile" "$@"
 }
 
-# launch --status-port gives the port to rank 0's command alone.
+# launch --status-port gives the port to every rank's command: rank 0 serves, the others feed it.
 "$bin" launch --peers 4 --status-port 0 -- train --algo gossip --topology ring --epochs 10 \
   --data "$work/data" --threads 1 --json --metrics "$work/m.jsonl" --run-name live4 \
   --status-linger 300 --report "$work/report.html" >"$work/out.json" 2>"$work/log" &
@@ -60,6 +60,18 @@ assert [p["transport"] for p in f["peer_list"]] == ["this process", "shm", "shm"
 assert f["privacy"]["plan"] and f["privacy"]["plan"][-1][0] == f["privacy"]["steps"]
 assert len(s["peer_epsilons"]) == 4 and all(e > 0 for e in s["peer_epsilons"]), s["peer_epsilons"]
 assert 0 < s["peer_epsilons_step"] <= s["step"]
+# Every peer heard from within the last few seconds, with bytes on its links (status feed).
+while not (s["live"] and all(p.get("steps_per_second") is not None for p in s["live"])):
+    assert time.time() < deadline, "no live figures from every peer: %s" % s["live"]
+    time.sleep(0.2)
+    s = json.loads(get("/api/status")[2])
+assert len(s["live"]) == 4, s["live"]
+for p in s["live"]:
+    assert p["state"] in ("running", "waiting") and p["last_heard_s"] < 5, p
+    assert p["step"] > 0 and p["bytes_sent"] > 0 and p["bytes_received"] > 0, p
+    assert 0 <= p["blocked_share"] <= 1.01 and 0 <= p["in_flight_share"] <= 1.01, p
+    # a ring: its two neighbours at least
+    assert {(p["rank"] + 1) % 4, (p["rank"] + 3) % 4} <= {l["peer"] for l in p["links"]}, p
 status, kind, text = get("/metrics")
 assert kind.startswith("text/plain; version=0.0.4"), kind
 m = {}
@@ -71,6 +83,8 @@ assert m[("dpgossip_peers", run)] == 4
 assert m[("dpgossip_steps", run)] > 0 and m[("dpgossip_running", run)] == 1
 assert m[("dpgossip_epsilon", (("released", "model"),) + run)] > 0
 assert len([k for k in m if k[0] == "dpgossip_peer_epsilon"]) == 4
+assert len([k for k in m if k[0] == "dpgossip_peer_bytes_sent_total"]) == 4
+assert all(m[("dpgossip_peer_bytes_sent_total", (("peer", str(r)),) + run)] > 0 for r in range(4))
 status, kind, page = get("/")
 assert kind.startswith("text/html") and "<svg" in page
 try:
@@ -100,6 +114,7 @@ cells = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in rows]
 assert len(cells) == 4, cells
 assert [c[0] for c in cells] == ["0", "1", "2", "3"], cells
 assert int(cells[0][3]) > 0, cells[0]
+assert all(c[8].endswith("B") and c[7].endswith("s ago") for c in cells), cells  # sent, last heard
 state = re.search(r"id=\"fact-state\">state: ([a-z]+)", dom).group(1)
 step = re.search(r"id=\"fact-step\">step: ([0-9]+) of ([0-9]+)", dom)
 assert int(step.group(1)) > 0
@@ -138,6 +153,15 @@ assert m[("dpgossip_steps", run)] == summary["steps"]
 assert m[("dpgossip_epsilon", (("released", "model"),) + run)] == summary["epsilon"]
 assert m[("dpgossip_epsilon", (("released", "messages"),) + run)] == summary["message_epsilon"]
 assert m[("dpgossip_running", run)] == 0 and m[("dpgossip_failures", run)] == 0
+# Every peer'"'"'s last figures: finished at the summary'"'"'s step, and each link counted alike by
+# its two ends (what A sent to B is what B received from A).
+live = s["live"]
+assert [p["state"] for p in live] == ["finished"] * 4, live
+assert all(p["step"] == summary["steps"] for p in live), [p["step"] for p in live]
+got = {(p["rank"], l["peer"]): l for p in live for l in p["links"]}
+for (a, b), l in got.items():
+    assert l["bytes_sent"] == got[(b, a)]["bytes_received"], (a, b, l, got[(b, a)])
+    assert m[("dpgossip_link_bytes_sent_total", (("from", str(a)),) + run + (("to", str(b)),))] == l["bytes_sent"]
 print("after the run: %d steps, epsilon %.4f, as the summary says" % (summary["steps"], summary["epsilon"]))
 ' "$port" "$work/m.jsonl"
 

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <regex>
@@ -16,10 +17,14 @@
 #include <thread>
 #include <vector>
 
+#include "apps/status_feed.h"
 #include "apps/status_page.h"
 #include "apps/status_report.h"
 #include "dp/privacy_plan.h"
 #include "runtime/http/server.h"
+#include "runtime/net/inproc/inproc_transport.h"
+#include "runtime/net/link_counters.h"
+#include "runtime/net/tracing_transport.h"
 #include "topology/generators.h"
 #include "topology/schedule.h"
 
@@ -484,4 +489,75 @@ TEST_CASE("status: each peer's epsilon is recomputed at most every few seconds, 
   board.finish(Json{{"kind", "summary"}, {"steps", 200}, {"peer_epsilons", {1.0, 1.0, 1.0, 1.0}}});
   CHECK(board.status()["peer_epsilons_step"] == 200);
   CHECK(calls == 1);
+}
+
+// The status feed (apps/status_feed.h) over the in-process fabric: each of three peers' counters
+// reach rank 0's board, live and at the end.
+TEST_CASE("status feed: every peer's figures reach rank 0's board, and its last ones at the end") {
+  net::InprocFabric fabric(3);
+  trace::Tracer off[3];
+  app::StatusBoard board;
+  std::vector<std::thread> threads;
+  std::atomic<int> live_seen{0};
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      net::LinkCounters counters(3);
+      net::TracingTransport t(fabric.peer(r), off[r], &counters);
+      app::StatusFeed feed(fabric.peer(r), counters, r == 0 ? &board : nullptr, milliseconds(20));
+      std::vector<std::byte> buf(1000);
+      if (r == 1) t.wait(t.send(2, net::Tag{3, 0, 0}, buf));  // 1000 bytes from 1 to 2
+      if (r == 2) t.wait(t.recv(1, net::Tag{3, 0, 0}, buf));
+      for (long long step = 0; step < 5; ++step) feed.on_step(step);
+      if (r == 0) {  // every peer heard from while the run goes on
+        for (int i = 0; i < 500 && live_seen == 0; ++i) {
+          const Json live = board.status()["live"];
+          int heard = 0;
+          for (const Json& p : live) heard += p.contains("step") && p["step"] == 4 ? 1 : 0;
+          if (heard == 3) live_seen = 1;
+          std::this_thread::sleep_for(milliseconds(5));
+        }
+      }
+      std::this_thread::sleep_for(milliseconds(100));
+      feed.finish();
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(live_seen == 1);
+  const Json live = board.status()["live"];
+  REQUIRE(live.size() == 3);
+  for (const Json& p : live) {
+    CHECK(p["state"] == "finished");
+    CHECK(p["step"] == 5);  // the last hook was before step 4, which then ran
+    CHECK(p["last_heard_s"].get<double>() < 5);
+    CHECK(p["steps_per_second"].is_number());
+  }
+  REQUIRE(live[1]["links"].size() == 1);
+  CHECK(live[1]["links"][0]["peer"] == 2);
+  CHECK(live[1]["links"][0]["bytes_sent"] == 1000);
+  CHECK(live[2]["links"][0]["bytes_received"] == 1000);
+  CHECK(live[0]["links"].empty());  // the feed's own messages are not counted
+  const std::string text = board.prometheus();
+  CHECK(text.find("dpgossip_link_bytes_sent_total{run=\"\",from=\"1\",to=\"2\"} 1000\n") !=
+        std::string::npos);
+  CHECK(text.find("dpgossip_peer_bytes_received_total{run=\"\",peer=\"2\"} 1000\n") !=
+        std::string::npos);
+}
+
+TEST_CASE("status feed: a run that fails gives up its feed at once, not after the timeout") {
+  // Rank 0's feed waits on peers that never send (their feeds never start): destroyed without
+  // finish(), as when the run fails, it must not wait out the fabric's 20 s timeout.
+  net::InprocFabric fabric(3, std::chrono::seconds(20));
+  trace::Tracer off;
+  app::StatusBoard board;
+  net::LinkCounters counters(3);
+  const auto start = Clock::now();
+  {
+    app::StatusFeed feed(fabric.peer(0), counters, &board, milliseconds(20));
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  CHECK(Clock::now() - start < std::chrono::seconds(5));
+  const Json live = board.status()["live"];
+  REQUIRE(live.size() == 3);
+  CHECK(live[0].contains("step"));  // its own figures
+  CHECK(live[1]["state"] == "not heard from");
 }
