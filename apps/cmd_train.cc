@@ -324,12 +324,11 @@ void write_report(const TrainFlags& flags, const StatusPage* page) {
   DPG_INFO("train: report written to " << flags.report);
 }
 
-// The run's facts on the page once its plan is made. Each peer's epsilon while the run goes
-// on is the plan's at rank 0's step, where the plan's rates hold for every step so far: not
-// after --balance-every changes them, nor on a resume (which charges replayed steps).
-void start_status(StatusPage& page, const TrainConfig& c, const std::string& run,
-                  const Peers& peers, const TransportPlan& links, const train::AlgoInfo& algo,
-                  const std::vector<train::GossipPhase>& graphs, const dp::PrivacyPlan& plan) {
+// The run's facts (status_page.h): rank 0's first metrics line of the run (kind "facts", which
+// `dpgossip report` reads) and, with a page, its board's.
+Json facts_of(const TrainConfig& c, const std::string& run, const Peers& peers,
+              const TransportPlan& links, const train::AlgoInfo& algo,
+              const std::vector<train::GossipPhase>& graphs, const dp::PrivacyPlan& plan) {
   RunFacts f;
   f.run = run;
   f.config = &c;
@@ -339,10 +338,18 @@ void start_status(StatusPage& page, const TrainConfig& c, const std::string& run
   f.synchronous = !algo.asynchronous;
   f.phases = &graphs;
   f.plan = &plan;
+  return status_facts(f);
+}
+
+// The page shows the run once its plan is made. Each peer's epsilon while the run goes on is
+// the plan's at rank 0's step, where the plan's rates hold for every step so far: not after
+// --balance-every changes them, nor on a resume (which charges replayed steps).
+void start_status(StatusPage& page, const Json& facts, const TrainConfig& c,
+                  const dp::PrivacyPlan& plan) {
   const bool plan_holds = c.dp && c.balance_every == 0 && !c.resume;
   // The plan by value: the page's thread may ask after the trainer (which holds the run's plan)
   // is gone, while an error unwinds.
-  page.board().start(status_facts(f), [plan, plan_holds](long long step) -> Json {
+  page.board().start(facts, [plan, plan_holds](long long step) -> Json {
     if (!plan_holds) return nullptr;
     return plan.peer_epsilons_after(step);
   });
@@ -470,7 +477,6 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   train::Trainer trainer(std::move(in));
   const int epochs = epoch_count(c);
   const std::string run = c.run_name.empty() ? default_run_name(c, peers.world()) : c.run_name;
-  if (status) start_status(*status, c, run, peers, links.plan, algo, graphs, trainer.plan());
   auto metrics_line = [&](Json line, const char* kind) {
     line["run"] = run;
     line["kind"] = kind;
@@ -478,11 +484,16 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
     line["rank"] = 0;
     line["peers"] = peers.world();
     append_metrics(c.metrics, line);
-    if (!status) return;
+    if (!status || line["kind"] == "facts" || line["kind"] == "peers") return;
     if (line["kind"] == "epoch") status->board().add_epoch(line);
     else if (line["kind"] == "consensus") status->board().add_consensus(line);
     else status->board().finish(line);
   };
+  if (reporter) {
+    const Json facts = facts_of(c, run, peers, links.plan, algo, graphs, trainer.plan());
+    metrics_line(facts, "facts");
+    if (status) start_status(*status, facts, c, trainer.plan());
+  }
   train::TrainSummary summary;
   try {
     summary = trainer.run(
@@ -532,6 +543,8 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   if (balanced) s["balance"] = balanced->to_json();
   if (plan.peers > 1) s["peer_q"] = plan.peer_q;
   const bool stopped = summary.stopped_at >= 0;
+  // Every peer's last figures from the status feed, before the summary that ends the run's lines.
+  if (feed && status) metrics_line(Json{{"live", status->board().live()}}, "peers");
   if (!c.metrics.empty() || status) {
     Json line = s;
     line.erase("accountant");

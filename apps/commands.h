@@ -16,5 +16,6 @@ void add_bench_allreduce(CLI::App& bench);  // under bench
 void add_bench_link(CLI::App& bench);       // under bench
 void add_bench_startup(CLI::App& bench);    // under bench
 void add_launch(CLI::App& app);
+void add_report(CLI::App& app);
 
 }  // namespace dpg::app

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   dpg::app::add_audit(app);
   dpg::app::add_bench(app);
   dpg::app::add_launch(app);
+  dpg::app::add_report(app);
   try {
     app.parse(argc, argv);
     // A summary that never reached its reader is a failed command: flush and check stdout.

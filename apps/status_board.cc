@@ -151,6 +151,16 @@ void StatusBoard::peer_figures(int rank, PeerFigures figures) {
   h.at = now;
 }
 
+Json StatusBoard::live() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return heard_.empty() ? restored_live_ : live_peers(Clock::now());
+}
+
+void StatusBoard::restore_live(Json live) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  restored_live_ = std::move(live);
+}
+
 Json StatusBoard::live_peers(Clock::time_point now) const {
   Json out = Json::array();
   for (std::size_t r = 0; r < heard_.size(); ++r) {
@@ -250,7 +260,7 @@ Json StatusBoard::status() const {
   s["consensus"] = consensus_;
   s["consensus_dropped"] = consensus_dropped_;
   s["summary"] = summary_;
-  s["live"] = heard_.empty() ? Json(nullptr) : live_peers(Clock::now());
+  s["live"] = heard_.empty() ? restored_live_ : live_peers(Clock::now());
   return s;
 }
 

@@ -48,6 +48,11 @@ class StatusBoard {
   void fail(const std::string& why);
   // A peer's figures, from the status feed's thread (rank 0's own included).
   void peer_figures(int rank, PeerFigures figures);
+  // Every peer's figures as status()["live"] shows them (null before any came).
+  Json live() const;
+  // For a report made from a metrics file (apps/run_report.h): the live figures as a run's
+  // "peers" line wrote them, shown when no feed filled the board.
+  void restore_live(Json live);
 
   Json status() const;                 // the /api/status document
   std::string prometheus() const;      // the /metrics text (Prometheus's format 0.0.4)
@@ -89,6 +94,7 @@ class StatusBoard {
   Json summary_;           // null until the end
   std::string failure_;    // empty unless the run failed
   std::vector<Heard> heard_;
+  Json restored_live_;     // restore_live()'s
   mutable std::mutex cache_mutex_;
   mutable long long cached_step_ = -1;  // the step cached_epsilons_ are for
   mutable Clock::time_point cached_at_;

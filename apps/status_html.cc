@@ -148,11 +148,14 @@ function split_chart(live, ended) {
     [p.rank, p.blocked_share, p.in_flight_share]).filter(r => r[1] !== null);
   text("split-title", ended ? "Time split, whole run" : "Time split, last second");
   if (!rows.length) {
-    svg.appendChild(el("text", {x: 20, y: 130}, live ? "no figures yet" : "no figures: this run has one peer"));
+    svg.setAttribute("height", 60);
+    svg.appendChild(el("text", {x: 20, y: 30}, live ? "no figures yet" :
+                                                "none: the peers' figures come with --status-port or --report, on more than one peer"));
     text("split-note", "");
     return;
   }
-  const W = +svg.getAttribute("width"), L = 60, R = 10, h = Math.min(24, 220 / rows.length);
+  const W = +svg.getAttribute("width"), L = 60, R = 10, h = Math.max(6, Math.min(24, 600 / rows.length));
+  svg.setAttribute("height", 16 + rows.length * h);
   rows.forEach(([rank, blocked, flight], i) => {
     const y = 8 + i * h, w = W - L - R, b = Math.min(1, Math.max(0, blocked));
     svg.appendChild(el("text", {x: 4, y: y + h * 0.7}, "peer " + rank));
@@ -176,7 +179,7 @@ function render(s) {
   const facts = [["state", s.state], ["algorithm", f.algo], ["peers", f.peers], ["step", s.step + " of " + f.privacy.steps],
     ["epsilon (model)", fmt(latest ? latest.epsilon : null)], ["epsilon (messages)", fmt(latest ? latest.message_epsilon : null)],
     ["target", fmt(f.privacy.target_epsilon) + " at delta " + f.privacy.delta], ["samples/s", fmt(latest ? latest.samples_per_second : null, 0)],
-    ["wall", fmt(s.wall_s, 0) + " s"]];
+    ["wall", fmt(s.summary && typeof s.summary.wall_s === "number" ? s.summary.wall_s : s.wall_s, 0) + " s"]];
   for (const [k, v] of facts) {
     const sp = document.createElement("span");
     sp.id = "fact-" + k.replace(/[^a-z]/g, "");
@@ -203,7 +206,7 @@ function render(s) {
     const share = (k, total) => !heard ? null : ended ? (lv.clock_s > 0 ? lv[total] / lv.clock_s : null) : lv[k];
     const pct = v => v === null || v === undefined ? null : (100 * v).toFixed(0) + "%";
     for (const [v, cls] of [[p.rank, ""], [p.host, "l"], [p.transport === null ? "no link" : p.transport, "l"], [step, ""],
-                            [fmt(rate, 0), ""], [fmt(eps), ""], [state, "l"], [heard ? fmt(lv.last_heard_s, 1) + " s ago" : null, ""],
+                            [fmt(rate, 0), ""], [fmt(eps), ""], [state, "l"], [heard && !ended ? fmt(lv.last_heard_s, 1) + " s ago" : null, ""],
                             [heard ? bytes(lv.bytes_sent) : null, ""], [heard ? bytes(lv.bytes_received) : null, ""],
                             [pct(share("blocked_share", "blocked_s")), ""], [pct(share("in_flight_share", "in_flight_s")), ""]]) {
       const td = document.createElement("td");

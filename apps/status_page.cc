@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "apps/status_report.h"
 #include "runtime/core/error.h"
 
 namespace dpg::app {
@@ -105,6 +106,7 @@ Json status_facts(const RunFacts& f) {
   }
   privacy["plan"] = std::move(curve);
   j["privacy"] = std::move(privacy);
+  j["environment"] = run_environment();  // where rank 0 runs, at the start
   return j;
 }
 

@@ -75,7 +75,13 @@ std::string status_report_html(const Json& status, const Json& environment) {
 }
 
 void write_status_report(const std::string& path, const StatusBoard& board) {
-  write_file_atomic(path, status_report_html(board.status(), run_environment()));
+  const Json status = board.status();
+  const Json& facts = status["facts"];
+  Json environment = facts.is_object() && facts.contains("environment") ? facts["environment"]
+                                                                        : run_environment();
+  if (environment.contains("written")) environment["run_started"] = environment["written"];
+  environment["written"] = utc_now();
+  write_file_atomic(path, status_report_html(status, environment));
 }
 
 }  // namespace dpg::app

@@ -9,15 +9,16 @@
 
 namespace dpg::app {
 
-// Where the run ran: dpgossip's commit, the host name, the OS, the CPU, cores, memory, and when
-// the report was written (UTC).
+// Where the run ran: dpgossip's commit, the host name, the OS, the CPU, cores, memory, and the
+// time (UTC) this was asked ("written").
 Json run_environment();
 
 // The page (status_html()) with `status` (StatusBoard::status()) and `environment` inside, drawn
 // once when opened, no server needed.
 std::string status_report_html(const Json& status, const Json& environment);
 
-// Writes the report of `board` to `path` atomically; a failure throws naming the path.
+// Writes the report of `board` to `path` atomically; a failure throws naming the path. Its
+// environment is the run's (its facts', from the start), "written" now.
 void write_status_report(const std::string& path, const StatusBoard& board);
 
 }  // namespace dpg::app

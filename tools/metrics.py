@@ -22,8 +22,10 @@ import tempfile
 from dataclasses import dataclass, field
 
 # "stopped": the summary of a run a signal stopped (dpgossip train, docs/TRAINING.md); its epochs
-# are drawn, and it is no final summary.
-KINDS = ("epoch", "consensus", "summary", "stopped")
+# are drawn, and it is no final summary. "facts" (the run's first line: its peers, graphs and
+# plan) and "peers" (every peer's last live figures) are for `dpgossip report`; no figure here
+# draws them.
+KINDS = ("epoch", "consensus", "summary", "stopped", "facts", "peers")
 UNNAMED = "unnamed"
 
 STRINGS = {"run", "kind", "algo", "topology"}
@@ -32,7 +34,7 @@ NUMBERS = {"epoch", "step", "round", "wall_s", "loss", "train_accuracy", "test_a
            "consensus_distance", "peers", "steps", "noise_multiplier"}
 NUMBER_LISTS = {"peer_test_accuracy", "peer_test_loss"}
 REQUIRED = {"epoch": ("epoch",), "consensus": ("consensus_distance",), "summary": (),
-            "stopped": ()}
+            "stopped": (), "facts": (), "peers": ()}
 # The fields some figure puts on an axis. matplotlib's tick locators overflow on an axis that
 # reaches near the float maximum (an IndexError from MaxNLocator at 1e308; a log axis fails from
 # about 1e305; accuracies are drawn times 100), so these are bounded by DRAWABLE.
@@ -169,10 +171,11 @@ class Run:
     consensus: list = field(default_factory=list)
     summaries: list = field(default_factory=list)
     stops: list = field(default_factory=list)
+    facts: list = field(default_factory=list)  # "facts" and "peers" lines
 
     def add(self, rec):
         {"epoch": self.epochs, "consensus": self.consensus, "summary": self.summaries,
-         "stopped": self.stops}[rec["kind"]].append(rec)
+         "stopped": self.stops, "facts": self.facts, "peers": self.facts}[rec["kind"]].append(rec)
 
     @property
     def summary(self):
@@ -192,10 +195,13 @@ class Run:
 
 
 def group_by_run(records):
+    """{run id: Run}; a run with only its facts line (it ended before its first epoch) is left
+    out: it has nothing to draw."""
     runs = {}
     for rec in records:
         runs.setdefault(rec["run"], Run(rec["run"])).add(rec)
-    return runs
+    return {name: run for name, run in runs.items()
+            if run.epochs or run.consensus or run.summaries or run.stops}
 
 
 def select(runs, names):

@@ -165,9 +165,14 @@ for (a, b), l in got.items():
 print("after the run: %d steps, epsilon %.4f, as the summary says" % (summary["steps"], summary["epsilon"]))
 ' "$port" "$work/m.jsonl"
 
-# The report: one file, the page with the run's end inside, drawn by Chromium without a server.
+# The report: one file, the page with the run's end inside, drawn by Chromium without a server;
+# written by the run (--report), and made afterwards from the metrics file (dpgossip report).
 [[ -s $work/report.html ]] || fail "no report written"
-headless --virtual-time-budget=3000 --dump-dom "file://$work/report.html" \
+"$bin" report "$work/m.jsonl" -o "$work/after.html" >"$work/report.out" || fail "dpgossip report failed"
+grep -q "report of run live4" "$work/report.out" || fail "dpgossip report: $(cat "$work/report.out")"
+check_outputs "$work/m.jsonl"
+for made in report after; do
+headless --virtual-time-budget=3000 --dump-dom "file://$work/$made.html" \
   >"$work/report-dom.html" 2>/dev/null || fail "chromium could not open the report"
 py '
 import json, re, sys
@@ -180,8 +185,12 @@ privacy = re.search(r"<p id=\"privacy\">(.*?)</p>", dom, re.S).group(1)
 assert privacy.startswith("Epsilon %.3f for the released model" % summary["epsilon"]), privacy
 env = dict(re.findall(r"<tr><td class=\"l\">([a-z_]+)</td><td class=\"l\">([^<]*)</td></tr>", dom))
 assert env.get("dpgossip_commit") and int(env["cores"]) >= 1, env
-print("report: 4 peers, %d steps, %s" % (summary["steps"], privacy[:60]))
-' "$work/report-dom.html" "$work/m.jsonl"
+cells = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in rows]
+assert all(c[6] == "finished" and c[8].endswith("B") and c[10].endswith("%") for c in cells), cells
+assert "Time split, whole run" in dom
+print("report (%s): 4 peers, %d steps, %s" % (sys.argv[3], summary["steps"], privacy[:60]))
+' "$work/report-dom.html" "$work/m.jsonl" "$made"
+done
 if [[ -n ${DPG_STATUS_SHOTS:-} ]]; then
   headless --virtual-time-budget=3000 --window-size=1300,1700 \
     --screenshot="$DPG_STATUS_SHOTS/status-report.png" "file://$work/report.html" >/dev/null 2>&1 || fail "chromium --screenshot of the report failed"

@@ -11,12 +11,15 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "apps/run_report.h"
 #include "apps/status_feed.h"
 #include "apps/status_page.h"
 #include "apps/status_report.h"
@@ -560,4 +563,88 @@ TEST_CASE("status feed: a run that fails gives up its feed at once, not after th
   REQUIRE(live.size() == 3);
   CHECK(live[0].contains("step"));  // its own figures
   CHECK(live[1]["state"] == "not heard from");
+}
+
+namespace {
+
+// A metrics file in a fresh folder, removed when it goes.
+struct MetricsFile {
+  std::filesystem::path dir;
+  std::string path;
+  explicit MetricsFile(const std::string& text) {
+    static std::atomic<int> n{0};
+    dir = std::filesystem::temp_directory_path() /
+          ("dpg_status_test_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    std::filesystem::create_directories(dir);
+    path = (dir / "metrics.jsonl").string();
+    std::ofstream(path) << text;
+  }
+  ~MetricsFile() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+std::string line(const Json& j) { return j.dump() + "\n"; }
+
+Json facts_line(const std::string& run, int peers) {
+  return {{"kind", "facts"}, {"run", run}, {"algo", "gossip"}, {"peers", peers},
+          {"peer_list", Json::array()}, {"graphs", Json::array()},
+          {"privacy", {{"dp", true}, {"steps", 10}, {"plan", Json::array()}}}};
+}
+
+}  // namespace
+
+TEST_CASE("report from a metrics file: the run's lines from its last facts line, and each refusal") {
+  const Json epoch_a{{"kind", "epoch"}, {"run", "a"}, {"epoch", 1}, {"step", 5}};
+  const Json summary_a{{"kind", "summary"}, {"run", "a"}, {"steps", 10}, {"epsilon", 1.5}};
+  const Json epoch_b{{"kind", "epoch"}, {"run", "b"}, {"epoch", 1}, {"step", 3}};
+  const Json live{{{"rank", 0}, {"state", "finished"}, {"bytes_sent", 100.0}}};
+  // Run a twice under one name (the second attempt counts), then run b, which never ended.
+  const MetricsFile f(line(facts_line("a", 1)) + line(epoch_a) + line(epoch_a) +
+                      line(facts_line("a", 2)) + line(epoch_a) +
+                      line(Json{{"kind", "peers"}, {"run", "a"}, {"live", live}}) +
+                      line(summary_a) + "\n" + line(facts_line("b", 3)) + line(epoch_b));
+  SUBCASE("the last run in the file by default; it has no summary, which the report says") {
+    app::StatusBoard board;
+    const app::RunLines r = app::load_run(f.path, "", board);
+    CHECK(r.run == "b");
+    CHECK_FALSE(r.ended);
+    const Json s = board.status();
+    CHECK(s["state"] == "failed");
+    CHECK(s["failure"].get<std::string>().find("no summary") != std::string::npos);
+    CHECK(s["facts"]["peers"] == 3);
+    CHECK(s["epochs"].size() == 1);
+  }
+  SUBCASE("a named run: from its last facts line on") {
+    app::StatusBoard board;
+    const app::RunLines r = app::load_run(app::metrics_file_of(f.dir.string()), "a", board);
+    CHECK(r.run == "a");
+    CHECK(r.ended);
+    CHECK(r.lines == 4);
+    const Json s = board.status();
+    CHECK(s["state"] == "finished");
+    CHECK(s["step"] == 10);
+    CHECK(s["facts"]["peers"] == 2);
+    CHECK(s["epochs"].size() == 1);
+    CHECK(s["live"] == live);
+  }
+  SUBCASE("refusals name the file, the line or the run") {
+    app::StatusBoard board;
+    auto refused = [&](const std::string& path, const std::string& run, const std::string& what) {
+      try {
+        app::load_run(path, run, board);
+        FAIL("no error for " << what);
+      } catch (const Error& e) {
+        CHECK_MESSAGE(std::string(e.what()).find(what) != std::string::npos, e.what());
+      }
+    };
+    refused(f.path, "c", "no line of a run named 'c'");
+    const MetricsFile old(line(epoch_a) + line(summary_a));
+    refused(old.path, "", "no run with a facts line");
+    refused(old.path, "a", "run 'a' has no facts line");
+    const MetricsFile bad(line(facts_line("a", 1)) + "{\"kind\": \"epoch\", oops\n");
+    refused(bad.path, "", bad.path + ":2");
+    refused(f.path + ".missing", "", f.path + ".missing");
+  }
 }
