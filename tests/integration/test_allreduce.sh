@@ -37,7 +37,7 @@ assert abs(local["noise_multiplier"] - 2 * one["noise_multiplier"]) < 1e-12
 lines = [json.loads(l) for l in open(sys.argv[4])]
 epochs = [l for l in lines if l["kind"] == "epoch"]
 assert [l["epoch"] for l in epochs] == list(range(1, 7)), "rank 0 alone writes the metrics"
-assert [l["kind"] for l in lines[len(epochs):]] == ["summary"], lines[-1]
+assert [l["kind"] for l in lines] == ["facts"] + ["epoch"] * 6 + ["summary"], lines[-1]
 assert all(l["peers"] == 4 and l["algo"] == "allreduce" for l in lines)
 assert len({l["run"] for l in lines}) == 1
 assert lines[-1]["spectral_gap"] == 1 and lines[-1]["topology"] == "allreduce"

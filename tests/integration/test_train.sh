@@ -18,8 +18,9 @@ assert s["dp"] is True and s["noise_multiplier"] > 0, s
 assert s["test_accuracy"] > 0.75, s["test_accuracy"]
 assert 2.99 < s["epsilon"] <= 3.0, s["epsilon"]
 every = [json.loads(l) for l in open(sys.argv[2])]
-assert [l["kind"] for l in every] == ["epoch", "epoch", "summary"], every
-lines = every[:2]
+assert [l["kind"] for l in every] == ["facts", "epoch", "epoch", "summary"], every
+assert every[0]["privacy"]["steps"] == s["steps"] and every[0]["peer_list"][0]["rank"] == 0
+lines = every[1:3]
 assert [l["epoch"] for l in lines] == [1, 2], lines
 assert lines[-1]["test_accuracy"] == s["test_accuracy"] == every[-1]["test_accuracy"]
 assert lines[0]["epsilon"] < lines[1]["epsilon"]
@@ -61,7 +62,7 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 assert "test_accuracy" not in s and s["validation_accuracy"] > 0.6, s
 assert s["target"] == "messages" and "dropped_examples" not in s, s
-epoch = [json.loads(l) for l in open(sys.argv[2])][0]
+epoch = [l for l in map(json.loads, open(sys.argv[2])) if l["kind"] == "epoch"][0]
 assert epoch["train_metrics"] == "unprotected" and "dropped_examples" not in epoch, epoch
 assert "validation_accuracy" in epoch and "test_accuracy" not in epoch, epoch
 ' "$work/val.json" "$work/v.jsonl"
