@@ -69,7 +69,8 @@ StatusFeed::StatusFeed(net::Transport& t, const net::LinkCounters& counters, Sta
   }
   const std::size_t bytes = notice_bytes(world);
   service_.emplace(t, net::kOpStatus, "status feed",
-                   std::vector<collective::ServiceOp>{{bytes, 0, true}});
+                   std::vector<collective::ServiceOp>{{bytes, 0, true}}, nullptr,
+                   /*background=*/true);
   if (t.rank() == 0) {
     service_->serve(others(world), 0,
                     [this, world, bytes](const collective::Service::Request& r,
@@ -118,6 +119,7 @@ void StatusFeed::publish(bool finished) {
 void StatusFeed::loop() {
   const log::RankScope scope(t_.rank());
   const net::OffStepThread off_step;
+  const net::BackgroundWaits background;  // its waits are not this peer waiting on the network
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     lock.unlock();

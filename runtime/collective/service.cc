@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "runtime/core/check.h"
 #include "runtime/core/log.h"
@@ -23,12 +24,13 @@ std::span<std::byte> bytes_of(T& v) {
 }  // namespace
 
 Service::Service(net::Transport& t, uint32_t tag_op, std::string name, std::vector<ServiceOp> ops,
-                 trace::Tracer* tracer)
+                 trace::Tracer* tracer, bool background)
     : t_(t),
       tag_op_(tag_op),
       name_(std::move(name)),
       ops_(std::move(ops)),
       tracer_(tracer),
+      background_(background),
       next_seq_(static_cast<std::size_t>(t.world()), 0),
       answered_(static_cast<std::size_t>(t.world()), 0) {}
 
@@ -55,6 +57,8 @@ void Service::serve(const std::vector<int>& clients, uint64_t first, Handler han
 void Service::respond(int peer, uint64_t first, const Handler& handler) {
   const log::RankScope scope(t_.rank());
   const net::OffStepThread off_step;  // serves another peer: not this one's step
+  std::optional<net::BackgroundWaits> background;
+  if (background_) background.emplace();
   if (tracer_) tracer_->name_thread("responder");
   std::size_t req_max = 0, rep_max = 0;
   for (const auto& o : ops_) {

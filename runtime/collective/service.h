@@ -83,8 +83,10 @@ class Service {
 
   // `tag_op`: the service's operation id (runtime/net/ops.h). `name` starts every message
   // ("ps-async", "ad-psgd").
+  // `background`: the responders are net::BackgroundWaits threads (the status feed's, whose
+  // waits must not make this peer look blocked on the network).
   Service(net::Transport& t, uint32_t tag_op, std::string name, std::vector<ServiceOp> ops,
-          trace::Tracer* tracer = nullptr);
+          trace::Tracer* tracer = nullptr, bool background = false);
   // Stops the responders (bounded by the transport's timeout) without throwing.
   ~Service();
   Service(const Service&) = delete;
@@ -151,6 +153,7 @@ class Service {
   std::string name_;
   std::vector<ServiceOp> ops_;
   trace::Tracer* tracer_;
+  bool background_;
   std::vector<uint64_t> next_seq_;  // client side, per server
   std::deque<Call> calls_;  // stable addresses: their headers are in flight
 

@@ -51,16 +51,32 @@ Handle OpTable::post(OpKind kind, int peer, Tag tag, std::byte* data, std::size_
 }
 
 void OpTable::complete(uint32_t index) {
-  slot(index).state.store(OpSlot::done, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+  OpSlot& s = slot(index);
+  s.state.store(OpSlot::done, std::memory_order_seq_cst);
+  // The waiter sets `sleeping` before it checks the state under wait_mu_: either it sees done,
+  // or this sees it asleep and wakes it once it is in its cv's wait (the lock is taken only
+  // after the waiter has released it there).
+  if (s.sleeping.load(std::memory_order_seq_cst)) {
     std::lock_guard lock(wait_mu_);
-    wait_cv_.notify_all();
+    s.cv.notify_all();
   }
 }
 
 void OpTable::complete_held(uint32_t index) {
-  slot(index).state.store(OpSlot::done, std::memory_order_seq_cst);
-  wait_cv_.notify_all();
+  OpSlot& s = slot(index);
+  s.state.store(OpSlot::done, std::memory_order_seq_cst);
+  s.cv.notify_all();
+}
+
+void OpTable::wake_all_sleepers() {
+  if (sleepers_.load(std::memory_order_seq_cst) == 0) return;
+  for (const auto& chunk : chunks_) {
+    std::array<OpSlot, kChunk>* slots = chunk.load(std::memory_order_acquire);
+    if (slots == nullptr) break;  // chunks are made in order
+    for (OpSlot& s : *slots) {
+      if (s.sleeping.load(std::memory_order_relaxed)) s.cv.notify_all();
+    }
+  }
 }
 
 void OpTable::release(uint32_t index) {
@@ -102,11 +118,16 @@ void OpTable::wait(Handle h, const Driver* drive) {
   }
   OpSlot& s = slot(h.slot);
   auto is_done = [&] { return s.state.load(std::memory_order_acquire) == OpSlot::done; };
+  // A background thread's wait is not this peer waiting (transport.h, BackgroundWaits).
   struct Inside {
-    std::atomic<int>& n;
-    explicit Inside(std::atomic<int>& count) : n(count) { n.fetch_add(1, std::memory_order_relaxed); }
-    ~Inside() { n.fetch_sub(1, std::memory_order_relaxed); }
-  } inside(waiting_);
+    std::atomic<int>* n;
+    explicit Inside(std::atomic<int>* count) : n(count) {
+      if (n) n->fetch_add(1, std::memory_order_relaxed);
+    }
+    ~Inside() {
+      if (n) n->fetch_sub(1, std::memory_order_relaxed);
+    }
+  } inside(BackgroundWaits::here() ? nullptr : &waiting_);
   // Short spin first: with more peers than cores the message usually lands within a few
   // microseconds, and yielding keeps the core for whoever has work.
   const auto spin_end = Clock::now() + std::chrono::microseconds(spin_us_);
@@ -133,6 +154,7 @@ void OpTable::wait(Handle h, const Driver* drive) {
   if (!is_done() && !poisoned() && failure.empty()) {
     std::unique_lock lock(wait_mu_);
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    s.sleeping.store(true, std::memory_order_seq_cst);
     // Past its deadline a wait asks about its peer without holding this table's lock: the
     // in-process fabric's answer reads the peer's table.
     for (;;) {
@@ -143,8 +165,9 @@ void OpTable::wait(Handle h, const Driver* drive) {
         lock.lock();
         if (up) break;
       }
-      wait_cv_.wait_until(lock, step_end());
+      s.cv.wait_until(lock, step_end());
     }
+    s.sleeping.store(false, std::memory_order_relaxed);
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   }
   if (!is_done() && !poisoned() && !failure.empty()) {
@@ -192,7 +215,7 @@ void OpTable::poison(Code code, const std::string& message) {
   code_ = code;
   message_ = message;
   poisoned_.store(true, std::memory_order_release);
-  wait_cv_.notify_all();
+  wake_all_sleepers();
 }
 
 std::string OpTable::failure() const {

@@ -37,6 +37,11 @@ struct OpSlot {
   std::chrono::steady_clock::time_point posted;
   alignas(8) HeaderBytes header{};  // the frame header of a TCP send
   uint32_t next = 0;                // the owner's queue link (kNone when last)
+  // A waiter asleep on this slot, woken by its cv alone (with OpTable's wait_mu_): completing
+  // one operation wakes its own waiter, never every thread asleep in the table (the responders
+  // of a message service wait beside the training thread).
+  std::atomic<bool> sleeping{false};
+  std::condition_variable cv;
 };
 
 inline constexpr uint32_t kNone = 0xffffffffu;
@@ -56,7 +61,7 @@ class OpTable {
   uint32_t take_front(uint32_t& head, uint32_t& tail);
   // The posted operation a handle names, or null when the handle is stale or unknown.
   const OpSlot* find(Handle handle);
-  // Marks a slot done and wakes its waiter (any thread).
+  // Marks a slot done and wakes its waiter, if one sleeps on it (any thread).
   void complete(uint32_t index);
   // For a thread that is not the table's owner and moves bytes into or out of a posted buffer
   // (the in-process fabric): while held, poison() cannot happen, so a check of poisoned() then
@@ -101,7 +106,8 @@ class OpTable {
   // Stores the first failure (later ones are dropped) and wakes every waiter.
   void poison(Code code, const std::string& message);
   bool poisoned() const { return poisoned_.load(std::memory_order_acquire); }
-  // Whether a thread is inside wait() now (a peer's heartbeats tell it this).
+  // Whether a thread is inside wait() now, a background one aside (a peer's heartbeats tell
+  // it this).
   bool waiting() const { return waiting_.load(std::memory_order_relaxed) > 0; }
   // Throws the stored failure: "rank R: <context> failed: <first failure>".
   [[noreturn]] void rethrow(const std::string& context) const;
@@ -137,8 +143,9 @@ class OpTable {
   std::array<std::atomic<std::array<OpSlot, kChunk>*>, kMaxChunks> chunks_{};
   std::vector<std::unique_ptr<std::array<OpSlot, kChunk>>> owned_;
 
-  mutable std::mutex wait_mu_;
-  std::condition_variable wait_cv_;
+  // Wakes every waiter asleep on a slot (a poison). The caller holds wait_mu_.
+  void wake_all_sleepers();
+  mutable std::mutex wait_mu_;  // the lock of every slot's cv
   std::atomic<int> sleepers_{0};
   std::atomic<int> waiting_{0};
   std::atomic<bool> poisoned_{false};

@@ -76,6 +76,23 @@ class Transport {
   virtual void poison(Code code, const std::string& message) = 0;
 };
 
+// Marks the calling thread, while it lives, as a background one (the status feed's threads,
+// apps/status_feed.h): its waits do not count as this peer waiting on the network, which a
+// transport tells its peers (for their timeouts' diagnosis) and uses to decide when a message
+// whose receive is not posted yet is copied out of its way (shared memory). A thread that
+// waits forever on other peers' notices would otherwise make this peer look always blocked.
+class BackgroundWaits {
+ public:
+  BackgroundWaits();
+  ~BackgroundWaits();
+  BackgroundWaits(const BackgroundWaits&) = delete;
+  BackgroundWaits& operator=(const BackgroundWaits&) = delete;
+  static bool here();  // is the calling thread marked
+
+ private:
+  bool was_;
+};
+
 // Runs a send's or receive's check of its arguments (a peer the transport has no connection to,
 // a message past the limit) and returns what it returns; when it throws, fails `t` first with
 // the same error, as poison() does, and rethrows. A caller whose own post throws unwinds and
