@@ -4,14 +4,18 @@
 # once and /api/status every STATUS_S seconds (what an open page does: every 1.5 s), and
 # /metrics every METRICS_S seconds (a Prometheus scrape). Runs PAIRS pairs, alternating which goes
 # first, and prints each run's samples/s (rank 0's summary) and the ratio of each pair.
-#   tools/bench_status.sh BIN [PAIRS] [EPOCHS] [STATUS_S] [METRICS_S]
-#   (defaults: 8 pairs, 15 epochs, 1.5 s, 5 s; 0 for a period: that endpoint is not polled)
+# ARM feed: the second run has the status feed alone (every peer sends rank 0 its figures once a
+# second: train --report, no page served or polled) instead of the page.
+#   tools/bench_status.sh BIN [PAIRS] [EPOCHS] [STATUS_S] [METRICS_S] [ARM: page | feed]
+#   (defaults: 8 pairs, 15 epochs, 1.5 s, 5 s, page; 0 for a period: that endpoint is not polled)
 set -euo pipefail
 bin=$(realpath "${1:?usage: tools/bench_status.sh BIN [PAIRS] [EPOCHS] [STATUS_S] [METRICS_S]}")
 pairs=${2:-8}
 epochs=${3:-15}
 status_s=${4:-1.5}
 metrics_s=${5:-5}
+arm=${6:-page}
+[[ $arm == page || $arm == feed ]] || { echo "ARM is page or feed, not $arm" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$bin" prepare --out "$work/data" >/dev/null
@@ -23,6 +27,10 @@ one_run() {  # one_run with|without OUT: the summary's samples/s into OUT
   local mode=$1 out=$2
   if [[ $mode == without ]]; then
     "$bin" launch --peers 4 -- train "${common[@]}" >"$work/run.json" 2>"$work/run.log"
+  elif [[ $arm == feed ]]; then
+    "$bin" launch --peers 4 -- train "${common[@]}" --report "$work/report.html" \
+      >"$work/run.json" 2>"$work/run.log"
+    echo 0 >"$work/polls"
   else
     "$bin" launch --peers 4 --status-port 0 -- train "${common[@]}" \
       >"$work/run.json" 2>"$work/run.log" &
@@ -69,7 +77,11 @@ lines = [l.split("] ", 1)[-1] for l in open(sys.argv[1]) if "{" in l]
 print(json.loads(lines[-1])["samples_per_second"])' "$work/run.json" >"$out"
 }
 
-echo "pair  without (samples/s)  with page, polled (samples/s)  requests  ratio"
+if [[ $arm == feed ]]; then
+  echo "pair  without (samples/s)  with the feed alone (samples/s)  requests  ratio"
+else
+  echo "pair  without (samples/s)  with page, polled (samples/s)  requests  ratio"
+fi
 ratios=()
 for p in $(seq "$pairs"); do
   if ((p % 2)); then order=(without with); else order=(with without); fi
