@@ -351,7 +351,8 @@ void start_status(StatusPage& page, const Json& facts, const TrainConfig& c,
   // is gone, while an error unwinds.
   page.board().start(facts, [plan, plan_holds](long long step) -> Json {
     if (!plan_holds) return nullptr;
-    return plan.peer_epsilons_after(step);
+    return Json{{"data", plan.peer_epsilons_after(step)},
+                {"messages", plan.peer_message_epsilons_after(step)}};
   });
 }
 

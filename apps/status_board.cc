@@ -214,20 +214,30 @@ Json StatusBoard::live_peers(Clock::time_point now) const {
 
 Json StatusBoard::peer_epsilons_at(long long step, const Json& summary,
                                    const PeerEpsilons& compute) const {
-  if (!summary.is_null() && summary.contains("peer_epsilons")) {
-    return Json{{"step", summary.value("steps", step)}, {"epsilons", summary["peer_epsilons"]}};
+  const bool ended = !summary.is_null() && summary.contains("peer_epsilons");
+  const long long at = ended ? summary.value("steps", step) : step;
+  Json computed;
+  long long computed_at = at;
+  if (compute) {
+    const std::lock_guard<std::mutex> lock(cache_mutex_);
+    const auto now = Clock::now();
+    // Before the first step nothing is spent: the first figure after it comes at once; at the
+    // end, once more for the last step.
+    if (cached_step_ <= 0 ||
+        (at != cached_step_ && (ended || now - cached_at_ >= kPeerEpsilonsEvery))) {
+      cached_epsilons_ = compute(at);
+      cached_step_ = at;
+      cached_at_ = now;
+    }
+    computed = cached_epsilons_;
+    computed_at = cached_step_;
   }
-  if (!compute) return nullptr;
-  const std::lock_guard<std::mutex> lock(cache_mutex_);
-  const auto now = Clock::now();
-  // Before the first step nothing is spent: the first figure after it comes at once.
-  if (cached_step_ <= 0 || (step != cached_step_ && now - cached_at_ >= kPeerEpsilonsEvery)) {
-    cached_epsilons_ = compute(step);
-    cached_step_ = step;
-    cached_at_ = now;
-  }
-  if (cached_epsilons_.is_null()) return nullptr;
-  return Json{{"step", cached_step_}, {"epsilons", cached_epsilons_}};
+  const bool have = computed.is_object();
+  Json out{{"step", ended ? at : computed_at}};
+  out["epsilons"] = ended ? summary["peer_epsilons"] : have ? computed["data"] : Json(nullptr);
+  out["message_epsilons"] = have ? computed["messages"] : Json(nullptr);
+  if (out["epsilons"].is_null() && out["message_epsilons"].is_null()) return nullptr;
+  return out;
 }
 
 Json StatusBoard::status() const {
@@ -255,6 +265,7 @@ Json StatusBoard::status() const {
   s["wall_s"] = wall_s;
   s["seconds_since_step"] = last_ns < 0 ? Json(nullptr) : Json(wall_s - last_ns * 1e-9);
   s["peer_epsilons"] = peers.is_null() ? Json(nullptr) : peers["epsilons"];
+  s["peer_message_epsilons"] = peers.is_null() ? Json(nullptr) : peers["message_epsilons"];
   s["peer_epsilons_step"] = peers.is_null() ? Json(nullptr) : peers["step"];
   s["epochs"] = epochs_;
   s["consensus"] = consensus_;
@@ -292,6 +303,14 @@ std::string StatusBoard::prometheus() const {
   if (s["peer_epsilons"].is_array()) {
     for (std::size_t r = 0; r < s["peer_epsilons"].size(); ++r) {
       const Json& v = s["peer_epsilons"][r];
+      t.sample(v.is_number() ? v.get<double>() : INFINITY, "peer=\"" + std::to_string(r) + "\"");
+    }
+  }
+  t.family("dpgossip_peer_message_epsilon", "gauge",
+           "Each peer's epsilon for its own data in its own messages.");
+  if (s["peer_message_epsilons"].is_array()) {
+    for (std::size_t r = 0; r < s["peer_message_epsilons"].size(); ++r) {
+      const Json& v = s["peer_message_epsilons"][r];
       t.sample(v.is_number() ? v.get<double>() : INFINITY, "peer=\"" + std::to_string(r) + "\"");
     }
   }

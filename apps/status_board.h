@@ -30,8 +30,9 @@ struct PeerFigures {
 
 class StatusBoard {
  public:
-  // Each peer's epsilon for its data after `step` steps, in rank order; null where it cannot
-  // be said while the run goes on (then the page waits for the summary).
+  // Each peer's epsilon for its data after `step` steps, in rank order, in the released model
+  // and in its own messages: {"data": [...], "messages": [...]}; null where it cannot be said
+  // (then the page waits for the summary's figures, which give the model's alone).
   using PeerEpsilons = std::function<Json(long long step)>;
 
   // Until start(), the page says the run is being set up (connecting, calibrating).

@@ -24,7 +24,7 @@ svg text{font-size:11px;fill:#333} .axis{stroke:#999} .c0{stroke:#1f77b4;fill:no
 <div class="facts" id="facts">waiting for the first status...</div>
 <div id="failure" class="bad"></div>
 <h2>Peers</h2><table id="peers"><thead><tr><th>rank</th><th class="l">host</th><th class="l">transport</th>
-<th>step</th><th>samples/s (wall)</th><th id="eps-head">epsilon (its data)</th><th class="l">state</th><th>last heard</th>
+<th>step</th><th>samples/s (wall)</th><th id="eps-head">epsilon (its data)</th><th>epsilon (its messages)</th><th class="l">state</th><th>last heard</th>
 <th>sent</th><th>received</th><th>blocked</th><th>in flight</th></tr></thead><tbody></tbody></table>
 <div class="note" id="peers-note"></div>
 <div class="grid">
@@ -198,6 +198,7 @@ function render(s) {
     const lv = s.live ? s.live[p.rank] : null, heard = lv && lv.step !== undefined;
     const step = heard ? lv.step : p.rank === 0 ? s.step : steps ? steps[p.rank] : f.peers_in_step ? "\u2248 " + s.step : null;
     const eps = s.peer_epsilons ? s.peer_epsilons[p.rank] : null;
+    const meps = s.peer_message_epsilons ? s.peer_message_epsilons[p.rank] : null;
     let state = s.state === "running" ? (p.rank === 0 || !steps || steps[p.rank] !== null ? "running" : "not heard in the last report") : s.state;
     if (lv) state = lv.state === "waiting" ? "waiting on " + lv.waiting_on + " for " + fmt(lv.waiting_s, 1) + " s" :
                     lv.state === "running" && s.state !== "running" ? s.state : lv.state;
@@ -206,7 +207,7 @@ function render(s) {
     const share = (k, total) => !heard ? null : ended ? (lv.clock_s > 0 ? lv[total] / lv.clock_s : null) : lv[k];
     const pct = v => v === null || v === undefined ? null : (100 * v).toFixed(0) + "%";
     for (const [v, cls] of [[p.rank, ""], [p.host, "l"], [p.transport === null ? "no link" : p.transport, "l"], [step, ""],
-                            [fmt(rate, 0), ""], [fmt(eps), ""], [state, "l"], [heard && !ended ? fmt(lv.last_heard_s, 1) + " s ago" : null, ""],
+                            [fmt(rate, 0), ""], [fmt(eps), ""], [fmt(meps), ""], [state, "l"], [heard && !ended ? fmt(lv.last_heard_s, 1) + " s ago" : null, ""],
                             [heard ? bytes(lv.bytes_sent) : null, ""], [heard ? bytes(lv.bytes_received) : null, ""],
                             [pct(share("blocked_share", "blocked_s")), ""], [pct(share("in_flight_share", "in_flight_s")), ""]]) {
       const td = document.createElement("td");

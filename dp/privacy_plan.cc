@@ -262,9 +262,8 @@ void PrivacyPlan::charge_at(double q, Accountant& model, Accountant& messages,
   messages.step(q, message_sigma, steps);
 }
 
-std::vector<double> PrivacyPlan::peer_epsilons_after(long long t) const {
+std::vector<double> PrivacyPlan::per_rate(long long t, double sigma) const {
   std::vector<double> out;
-  if (dp && secure_aggregation) return std::vector<double>(peer_q.size(), model_after(t).epsilon);
   for (std::size_t j = 0; j < peer_q.size(); ++j) {
     // Peers at one rate share one figure: the accountant's work (tens of milliseconds with PLD)
     // is done once per distinct rate.
@@ -274,10 +273,22 @@ std::vector<double> PrivacyPlan::peer_epsilons_after(long long t) const {
       out.push_back(out[same]);
       continue;
     }
-    out.push_back(dp ? epsilon_for(peer_q[j], model_sigma, t, delta, accountant).epsilon
+    out.push_back(dp ? epsilon_for(peer_q[j], sigma, t, delta, accountant).epsilon
                      : no_dp().epsilon);
   }
   return out;
+}
+
+std::vector<double> PrivacyPlan::peer_epsilons_after(long long t) const {
+  if (dp && secure_aggregation) return std::vector<double>(peer_q.size(), model_after(t).epsilon);
+  return per_rate(t, model_sigma);
+}
+
+std::vector<double> PrivacyPlan::peer_message_epsilons_after(long long t) const {
+  if (dp && secure_aggregation) {
+    return std::vector<double>(peer_q.size(), messages_after(t).epsilon);
+  }
+  return per_rate(t, message_sigma);
 }
 
 }  // namespace dpg::dp

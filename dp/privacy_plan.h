@@ -128,6 +128,9 @@ struct PrivacyPlan {
   PrivacySpent peers_after(long long t) const;
   // Each peer's epsilon for its data in the model after `t` steps.
   std::vector<double> peer_epsilons_after(long long t) const;
+  // Each peer's epsilon for its data in its own messages after `t` steps, in rank order (at its
+  // own rate, with the messages' noise).
+  std::vector<double> peer_message_epsilons_after(long long t) const;
   // The account every peer steps once per step for the model: the worst peer's rate and the
   // model's multiplier, of the plan's kind; its spent() equals model_after(steps()).
   double accountant_q() const { return peer_q[static_cast<std::size_t>(worst_peer)]; }
@@ -144,6 +147,11 @@ struct PrivacyPlan {
   // at most calibration_q(), else internal): an account at the highest rate bounds every
   // peer's, since the subsampled mechanism's privacy loss grows with the rate.
   void charge_at(double q, Accountant& model, Accountant& messages, long long steps = 1) const;
+
+ private:
+  // At each peer's rate with multiplier `sigma` after `t` steps: one accountant's figure per
+  // distinct rate.
+  std::vector<double> per_rate(long long t, double sigma) const;
 };
 
 PrivacyPlan plan_privacy(const PlanInputs& in);

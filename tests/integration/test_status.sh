@@ -60,8 +60,11 @@ assert [p["transport"] for p in f["peer_list"]] == ["this process", "shm", "shm"
 assert f["privacy"]["plan"] and f["privacy"]["plan"][-1][0] == f["privacy"]["steps"]
 assert len(s["peer_epsilons"]) == 4 and all(e > 0 for e in s["peer_epsilons"]), s["peer_epsilons"]
 assert 0 < s["peer_epsilons_step"] <= s["step"]
+assert len(s["peer_message_epsilons"]) == 4 and all(e > 0 for e in s["peer_message_epsilons"])
 # Every peer heard from within the last few seconds, with bytes on its links (status feed).
-while not (s["live"] and all(p.get("steps_per_second") is not None for p in s["live"])):
+# (a peer'"'"'s figures are as of its last notice, up to a second old: wait for a step in each)
+while not (s["live"] and all(p.get("steps_per_second") is not None and p["step"] > 0
+                             for p in s["live"])):
     assert time.time() < deadline, "no live figures from every peer: %s" % s["live"]
     time.sleep(0.2)
     s = json.loads(get("/api/status")[2])
@@ -114,7 +117,7 @@ cells = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in rows]
 assert len(cells) == 4, cells
 assert [c[0] for c in cells] == ["0", "1", "2", "3"], cells
 assert int(cells[0][3]) > 0, cells[0]
-assert all(c[8].endswith("B") and c[7].endswith("s ago") for c in cells), cells  # sent, last heard
+assert all(c[9].endswith("B") and c[8].endswith("s ago") for c in cells), cells  # sent, last heard
 state = re.search(r"id=\"fact-state\">state: ([a-z]+)", dom).group(1)
 step = re.search(r"id=\"fact-step\">step: ([0-9]+) of ([0-9]+)", dom)
 assert int(step.group(1)) > 0
@@ -186,7 +189,11 @@ assert privacy.startswith("Epsilon %.3f for the released model" % summary["epsil
 env = dict(re.findall(r"<tr><td class=\"l\">([a-z_]+)</td><td class=\"l\">([^<]*)</td></tr>", dom))
 assert env.get("dpgossip_commit") and int(env["cores"]) >= 1, env
 cells = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in rows]
-assert all(c[6] == "finished" and c[8].endswith("B") and c[10].endswith("%") for c in cells), cells
+assert all(c[7] == "finished" and c[9].endswith("B") and c[11].endswith("%") for c in cells), cells
+assert all(float(c[5]) > 0 for c in cells), cells  # each peer'"'"'s epsilon for its data
+# ... and for its messages, which the run knows and its metrics lines do not hold
+assert all((float(c[6]) > 0) == (sys.argv[3] == "report") for c in cells if c[6] != "\u2013"), cells
+assert (cells[0][6] == "\u2013") == (sys.argv[3] == "after"), cells
 assert "Time split, whole run" in dom
 print("report (%s): 4 peers, %d steps, %s" % (sys.argv[3], summary["steps"], privacy[:60]))
 ' "$work/report-dom.html" "$work/m.jsonl" "$made"

@@ -361,7 +361,10 @@ TEST_CASE("status: routes; /api/status and /metrics only with the token when one
   const Fixture fx;
   app::StatusBoard board;
   CHECK(board.status()["state"] == "starting");
-  board.start(fx.facts(), [&](long long t) -> Json { return fx.plan.peer_epsilons_after(t); });
+  board.start(fx.facts(), [&](long long t) -> Json {
+    return Json{{"data", fx.plan.peer_epsilons_after(t)},
+                {"messages", fx.plan.peer_message_epsilons_after(t)}};
+  });
   board.on_step(7);
   CHECK(app::answer_status(board, "", request("/")).body.find("<html") != std::string::npos);
   CHECK(app::answer_status(board, "", request("/nope")).status == 404);
@@ -374,6 +377,8 @@ TEST_CASE("status: routes; /api/status and /metrics only with the token when one
   CHECK(s["peer_epsilons"][0].get<double>() ==
         doctest::Approx(fx.plan.peer_epsilons_after(7)[0]));
   CHECK(s["peer_epsilons_step"] == 7);
+  CHECK(s["peer_message_epsilons"][0].get<double>() ==
+        doctest::Approx(fx.plan.peer_message_epsilons_after(7)[0]));
 
   const std::string token = "s3cret-token";
   CHECK(app::answer_status(board, token, request("/")).status == 200);  // the page holds no data
@@ -478,7 +483,8 @@ TEST_CASE("status: each peer's epsilon is recomputed at most every few seconds, 
   int calls = 0;
   board.start(fx.facts(), [&](long long t) -> Json {
     ++calls;
-    return fx.plan.peer_epsilons_after(t);
+    return Json{{"data", fx.plan.peer_epsilons_after(t)},
+                {"messages", fx.plan.peer_message_epsilons_after(t)}};
   });
   for (long long t = 1; t <= 200; ++t) {
     board.on_step(t);
@@ -488,10 +494,16 @@ TEST_CASE("status: each peer's epsilon is recomputed at most every few seconds, 
     (void)board.prometheus();
   }
   CHECK(calls == 1);
-  // The summary's figures replace them at the end, for its step.
   board.finish(Json{{"kind", "summary"}, {"steps", 200}, {"peer_epsilons", {1.0, 1.0, 1.0, 1.0}}});
-  CHECK(board.status()["peer_epsilons_step"] == 200);
-  CHECK(calls == 1);
+  // The summary's figures replace the model's at the end, for its step; the messages' are
+  // computed once more for that step.
+  const Json end = board.status();
+  CHECK(end["peer_epsilons_step"] == 200);
+  CHECK(end["peer_epsilons"][0] == 1.0);
+  CHECK(end["peer_message_epsilons"][0].get<double>() ==
+        doctest::Approx(fx.plan.peer_message_epsilons_after(200)[0]));
+  (void)board.status();
+  CHECK(calls == 2);
 }
 
 // The status feed (apps/status_feed.h) over the in-process fabric: each of three peers' counters
