@@ -29,7 +29,9 @@ svg text{font-size:11px;fill:#333} .axis{stroke:#999} .c0{stroke:#1f77b4;fill:no
 <div class="note" id="peers-note"></div>
 <div class="grid">
 <div class="card"><h2>Topology</h2><svg id="graph" width="300" height="300"></svg><div id="graph-note" class="note"></div></div>
-<div class="card"><h2 id="acc-title">Test accuracy</h2><svg id="acc" width="420" height="260"></svg><div class="note" id="acc-note"></div></div>
+<div class="card"><h2 id="acc-title">Test accuracy</h2><svg id="acc" width="420" height="260"></svg><div class="note" id="acc-note"></div>
+<label class="note">x axis <select id="curve-x"><option value="epoch">epochs</option><option value="wall">wall time (s)</option></select></label></div>
+<div class="card"><h2 id="loss-title">Test loss</h2><svg id="loss" width="420" height="260"></svg><div class="note" id="loss-note"></div></div>
 <div class="card"><h2>Privacy spent</h2><svg id="eps" width="420" height="260"></svg><div class="note" id="eps-note"></div></div>
 <div class="card"><h2>Consensus distance</h2><svg id="cons" width="420" height="260"></svg><div class="note" id="cons-note"></div></div>
 <div class="card"><h2 id="split-title">Time split</h2><svg id="split" width="420" height="260"></svg><div class="note" id="split-note"></div></div>
@@ -167,6 +169,7 @@ function split_chart(live, ended) {
        "(it overlaps computing: the part of it not red is hidden behind compute). Measured live by each peer's links, as tools/trace_summary.py reads a trace.");
 }
 function render(s) {
+  shown = s;
   if (!s.facts) {
     text("facts", s.state === "failed" ? "" : "setting up the run: connecting the peers, calibrating the noise");
     text("failure", s.failure ? "failed: " + s.failure : "");
@@ -227,13 +230,21 @@ function render(s) {
   graph(f, s.state === "failed", s.live, ended);
   split_chart(s.live, ended);
   const split = last && last.split === "validation" ? "validation" : "test";
-  text("acc-title", (split === "validation" ? "Validation" : "Test") + " accuracy");
-  const acc = s.epochs.map(e => [e.epoch, e[split + "_accuracy"]]);
-  const band = s.epochs.filter(e => e["peer_" + split + "_accuracy"] && e["peer_" + split + "_accuracy"].length)
-    .map(e => [e.epoch, Math.min(...e["peer_" + split + "_accuracy"]), Math.max(...e["peer_" + split + "_accuracy"])]);
-  chart("acc", "epoch", [{points: acc, cls: "c0", band: band}]);
-  text("acc-note", "line: the released model" + (band.length ? "; band: the peers' own models, lowest to highest" : "") +
-       (last && last.train_metrics === "unprotected" ? ". This run also publishes its training loss and accuracy (not covered by epsilon)." : ""));
+  const Split = split === "validation" ? "Validation" : "Test";
+  // The released model's accuracy and loss, and the band of the peers' own, against epochs or
+  // against wall time since training started (the selector under the accuracy chart).
+  const wall = document.getElementById("curve-x").value === "wall";
+  const xof = e => wall ? e.wall_s : e.epoch, xlabel = wall ? "wall time (s)" : "epoch";
+  for (const [id, what] of [["acc", "accuracy"], ["loss", "loss"]]) {
+    const line = s.epochs.map(e => [xof(e), e[split + "_" + what]]);
+    const peers = e => e["peer_" + split + "_" + what];
+    const band = s.epochs.filter(e => peers(e) && peers(e).length)
+      .map(e => [xof(e), Math.min(...peers(e)), Math.max(...peers(e))]);
+    text(id + "-title", Split + " " + what);
+    chart(id, xlabel, [{points: line, cls: "c0", band: band}]);
+    text(id + "-note", "line: the released model" + (band.length ? "; band: the peers' own models, lowest to highest" : "") +
+         (id === "acc" && last && last.train_metrics === "unprotected" ? ". This run also publishes its training loss and accuracy (not covered by epsilon)." : ""));
+  }
   const spent = s.epochs.map(e => [e.step, e.epsilon]);
   chart("eps", "step", [{points: spent, cls: "c0"}, {points: f.privacy.plan, cls: "c1"}]);
   text("eps-note", "line: spent (model); dashed: the plan to the end, at the start's rates");
@@ -265,6 +276,8 @@ function render(s) {
   text("updated", window.DPG_REPORT ? "report written " + window.DPG_REPORT.environment.written :
        "updated " + new Date().toLocaleTimeString());
 }
+let shown = null;  // the last status drawn, drawn again when the curves' x axis changes
+document.getElementById("curve-x").addEventListener("change", () => { if (shown) render(shown); });
 function environment(e) {
   document.getElementById("env-box").style.display = "";
   const body = document.querySelector("#env tbody");

@@ -122,6 +122,8 @@ state = re.search(r"id=\"fact-state\">state: ([a-z]+)", dom).group(1)
 step = re.search(r"id=\"fact-step\">step: ([0-9]+) of ([0-9]+)", dom)
 assert int(step.group(1)) > 0
 assert "<polyline" in dom and "<circle" in dom, "no curve or graph drawn"
+loss = re.search(r"<svg id=\"loss\"[^>]*>(.*?)</svg>", dom, re.S)
+assert loss and "<polyline" in loss.group(1), "no test loss curve"
 print("page in chromium: 4 peers, rank 0 at step %s, state %s" % (cells[0][3], state))
 ' "$work/dom.html"
 
