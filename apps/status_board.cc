@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 namespace dpg::app {
@@ -299,18 +300,15 @@ std::string StatusBoard::prometheus() const {
     t.sample(number(latest, "epsilon"), "released=\"model\"");
     t.sample(number(latest, "message_epsilon"), "released=\"messages\"");
   }
-  t.family("dpgossip_peer_epsilon", "gauge", "Each peer's epsilon for its own data.");
-  if (s["peer_epsilons"].is_array()) {
-    for (std::size_t r = 0; r < s["peer_epsilons"].size(); ++r) {
-      const Json& v = s["peer_epsilons"][r];
-      t.sample(v.is_number() ? v.get<double>() : INFINITY, "peer=\"" + std::to_string(r) + "\"");
-    }
-  }
-  t.family("dpgossip_peer_message_epsilon", "gauge",
-           "Each peer's epsilon for its own data in its own messages.");
-  if (s["peer_message_epsilons"].is_array()) {
-    for (std::size_t r = 0; r < s["peer_message_epsilons"].size(); ++r) {
-      const Json& v = s["peer_message_epsilons"][r];
+  // Each peer's epsilons, +Inf where one is not a number (no DP).
+  for (const auto& [name, key, help] :
+       {std::tuple{"dpgossip_peer_epsilon", "peer_epsilons", "Each peer's epsilon for its own data."},
+        std::tuple{"dpgossip_peer_message_epsilon", "peer_message_epsilons",
+                   "Each peer's epsilon for its own data in its own messages."}}) {
+    t.family(name, "gauge", help);
+    if (!s[key].is_array()) continue;
+    for (std::size_t r = 0; r < s[key].size(); ++r) {
+      const Json& v = s[key][r];
       t.sample(v.is_number() ? v.get<double>() : INFINITY, "peer=\"" + std::to_string(r) + "\"");
     }
   }
