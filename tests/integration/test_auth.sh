@@ -20,11 +20,17 @@ any_link=(train --algo allreduce --data "$work/data" --epochs 0.3 --threads 1 --
           --metrics "" --json)
 train=("${any_link[@]}" --transport tcp)
 
-# Waits for every pid in $@ (bounded by the peers' own timeouts); fails on a non-zero exit.
+# Waits for every peer in $@, each given as PID:LOG (bounded by the peers' own timeouts); fails
+# on a non-zero exit, naming the peer's log and printing its end.
 expect_success() {
   local what=$1; shift
-  for p in "$@"; do
-    if ! wait "$p"; then fail "$what: a peer exited non-zero"; return; fi
+  local rc
+  for pl in "$@"; do
+    rc=0; wait "${pl%%:*}" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+      fail "$what: the peer logging to ${pl#*:} exited with status $rc; its log ends:
+$(tail -n 20 "${pl#*:}")"
+    fi
   done
 }
 
@@ -38,7 +44,7 @@ h = json.load(open(sys.argv[1])); h["secret_file"] = "secret.txt"; json.dump(h, 
 port0=$(port_of "$work/hosts.json" 0)
 
 "$bin" "${train[@]}" --hosts "$work/hosts.json" --rank 0 >"$work/r0.json" 2>"$work/r0.log" &
-pids+=($!)
+pids+=($!); peers=("$!:$work/r0.log")
 declare -A want=(
   [wrong-secret]="failed the challenge: it does not know the cluster secret"
   [wrong-rank]="rank 99 is outside the 3 peers"
@@ -59,9 +65,9 @@ grep -qF "(claiming rank 0): rank 0 is this peer's own" "$work/r0.log" ||
 
 for r in 1 2; do
   "$bin" "${train[@]}" --hosts "$work/hosts.json" --rank $r >"$work/r$r.json" 2>"$work/r$r.log" &
-  pids+=($!)
+  pids+=($!); peers+=("$!:$work/r$r.log")
 done
-expect_success "secret run" "${pids[@]}"
+expect_success "secret run" "${peers[@]}"
 py 'import json, sys
 s = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert s["peers"] == 3 and s["steps"] > 0 and s["epsilon"] > 0, s
@@ -89,7 +95,7 @@ json.dump(h, open(sys.argv[2], "w"))' "$work/tls.json" "$work/stranger.json"
 # Rank 0 and the good rank 1 leave --transport at auto: with --tls every link is TCP, one host
 # or not, so that the stranger's certificate is checked even though it shares the host.
 "$bin" "${any_link[@]}" --tls --hosts "$work/tls.json" --rank 0 >"$work/t0.json" 2>"$work/t0.log" &
-pids+=($!)
+pids+=($!); peers=("$!:$work/t0.log")
 if "$bin" "${train[@]}" --tls --hosts "$work/stranger.json" --rank 1 >/dev/null 2>"$work/stranger.log"; then
   fail "a peer with another CA's certificate joined the TLS run"
 fi
@@ -98,8 +104,8 @@ grep -q "peer 0 at 127.0.0.1:[0-9]*: TLS: " "$work/stranger.log" ||
 grep -q "refused a connection from 127.0.0.1:[0-9]*: TLS: .* during the TLS handshake" "$work/t0.log" ||
   fail "rank 0 did not log the stranger's refusal: $(cat "$work/t0.log")"
 "$bin" "${any_link[@]}" --tls --hosts "$work/tls.json" --rank 1 >"$work/t1.json" 2>"$work/t1.log" &
-pids+=($!)
-expect_success "TLS run" "${pids[@]}"
+pids+=($!); peers+=("$!:$work/t1.log")
+expect_success "TLS run" "${peers[@]}"
 py 'import json, sys
 s = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert s["peers"] == 2 and s["steps"] > 0, s

@@ -45,7 +45,12 @@ case "$mode" in
     # detect_leaks=1: every process the tests start exits through main or a caught error, so
     # memory still held at exit is a real leak (peers killed by a signal are not checked).
     # detect_stack_use_after_return: a buffer handed to a send or receive must outlive its wait.
-    export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:log_path=$reports/asan"
+    # intercept_tls_get_addr=0: the leak checker's scan of dynamic TLS (that of a library loaded
+    # at run time) takes a block's bounds from a guess at glibc's layout that is wrong now and
+    # then on glibc 2.36; at exit its tracer then reads an address like 0x1d28, dies of SIGSEGV
+    # and the peer exits 1 with no report (google/sanitizers#1322; seen in the auth test's rank
+    # 2, "DTLS 8 at 0x000000001d23-0x002400002e25"). Static TLS and every stack are still scanned.
+    export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:intercept_tls_get_addr=0:log_path=$reports/asan"
     export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
     export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan"
     # The ranks mpirun starts (the MPI baseline of test_bench.sh) unwind allocations fully: Open
