@@ -277,10 +277,13 @@ std::shared_ptr<const StepPmf> step_pmf(const PoissonGaussian& g, Direction dir,
     bool pessimistic;
     std::shared_ptr<const StepPmf> pmf;
   };
-  // At most eight entries and 2^21 points in all (16 MiB): a pathological sigma's PMF of up to
-  // max_points is used and dropped rather than kept.
-  constexpr std::size_t kEntries = 8;
-  constexpr std::size_t kPoints = std::size_t{1} << 21;
+  // At most four entries (a report's two directions for the data and two for the messages) and
+  // 2^20 points in all (8 MiB): a pathological sigma's PMF of up to max_points is used and
+  // dropped rather than kept, and a calibration's trial sigmas, each used once, hold no more
+  // than that (eight entries held 8 MiB at rank 0's peak: docs/BENCHMARKS.md, "A peer's
+  // memory").
+  constexpr std::size_t kEntries = 4;
+  constexpr std::size_t kPoints = std::size_t{1} << 20;
   thread_local std::vector<Entry> cache;
   for (std::size_t i = 0; i < cache.size(); ++i) {
     const Entry& e = cache[i];

@@ -1,5 +1,7 @@
 #include "runtime/train/trainer.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -21,6 +23,13 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Hands the heap's free pages back to the system after the accountant's work (the plan's
+// calibration, an epoch's report): its arrays of megabytes differ in size from one evaluation
+// to the next, so the allocator keeps what they freed and the next larger window does not fit
+// in it; left there, that is a peer's largest block of memory (docs/BENCHMARKS.md, "A peer's
+// memory"). Twice an epoch at most: cheap beside the reports themselves.
+void release_free_memory() { malloc_trim(0); }
+
 }  // namespace
 
 struct Trainer::Loop {
@@ -39,6 +48,7 @@ Trainer::Trainer(RunInputs in) : in_(std::move(in)) {
   const log::RankScope scope(in_.comm ? rank() : -1);  // this thread acts for this rank (log.h)
   check_run(in_);
   plan_ = plan_run(in_);
+  release_free_memory();
 }
 
 Trainer::Trainer(TrainConfig config, data::Prepared data, collective::Communicator* comm,
@@ -359,6 +369,7 @@ bool Trainer::run_epoch(Loop& loop, int epoch) {
   p.train_seconds = train_before + seconds_since(epoch_start) - loop.metrics_seconds;
   loop.metrics_seconds = 0;
   report_epoch(loop, epoch);
+  release_free_memory();
   return true;
 }
 
