@@ -1,6 +1,5 @@
 #include "topology/spectrum.h"
 
-#include <cblas.h>
 #include <lapacke.h>
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "runtime/core/blas.h"
 #include "runtime/core/dynlib.h"
 #include "runtime/core/error.h"
 
@@ -96,8 +96,8 @@ std::vector<double> period_product(const std::vector<Topology>& period) {
                                        std::to_string(period[t].peers()) + " peers, matrix 0 has " +
                                        std::to_string(n));
     // next = W_t * product: the later round multiplies from the left.
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, period[t].matrix().data(),
-                n, product.data(), n, 0.0, next.data(), n);
+    openblas().dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0,
+                     period[t].matrix().data(), n, product.data(), n, 0.0, next.data(), n);
     product.swap(next);
   }
   return product;

@@ -1,10 +1,9 @@
 #include "runtime/model/blas_threads.h"
 
-#include <cblas.h>
-
 #include <atomic>
 #include <string>
 
+#include "runtime/core/blas.h"
 #include "runtime/core/error.h"
 
 namespace dpg::model {
@@ -14,10 +13,11 @@ std::atomic<int> g_threads{0};  // 0: not set, the libraries' defaults
 
 void set_blas_threads(int threads) {
   if (threads < 1) fail(Code::invalid_argument, "threads: must be at least 1");
-  openblas_set_num_threads(threads);
-  // OpenBLAS caps the count at what it was built for (64 in Debian's build) without a word; a
-  // run or a benchmark row must not claim threads that never ran.
-  const int got = openblas_get_num_threads();
+  // One thread runs in oneDNN where the build has it (gemm.h), so OpenBLAS is opened here only
+  // for more; for more, OpenBLAS caps the count at what it was built for (64 in Debian's build)
+  // without a word, and a run or a benchmark row must not claim threads that never ran.
+  if (threads > 1) openblas();
+  const int got = set_openblas_threads(threads);
   if (got != threads) {
     fail(Code::invalid_argument, "threads: this OpenBLAS runs at most " + std::to_string(got) +
                                      " threads, got " + std::to_string(threads));
@@ -27,7 +27,7 @@ void set_blas_threads(int threads) {
 
 int blas_threads() {
   const int t = g_threads;
-  return t > 0 ? t : openblas_get_num_threads();
+  return t > 0 ? t : openblas().get_num_threads();
 }
 
 }  // namespace dpg::model

@@ -1,7 +1,6 @@
 #include "runtime/model/gemm.h"
 
-#include <cblas.h>
-
+#include "runtime/core/blas.h"
 #include "runtime/model/blas_threads.h"
 
 #if DPG_HAVE_DNNL
@@ -48,8 +47,8 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f
     return;
   }
 #endif
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  openblas().sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                   trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 const char* gemm_library(int threads) {
