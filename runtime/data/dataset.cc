@@ -13,7 +13,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Reads one split entry of the manifest ({file, rows, crc32}) and the file it names.
+// Reads one split entry of the manifest ({file, rows}) and the file it names.
 Dataset load_split(const fs::path& dir, const Json& entry, const std::string& where,
                    std::size_t cols, int num_classes, const RowPick& pick = {}) {
   const JsonReader r(entry, where);
@@ -22,14 +22,11 @@ Dataset load_split(const fs::path& dir, const Json& entry, const std::string& wh
     r.fail_at("file", "expected a plain file name inside the folder, got \"" + file + "\"");
   }
   const long long rows = r.integer("rows");
-  const long long crc = r.integer("crc32");
   if (rows <= 0) r.fail_at("rows", "expected a positive integer, got " + std::to_string(rows));
-  if (crc < 0 || crc > 0xffffffffLL) r.fail_at("crc32", "expected a 32-bit unsigned integer");
   ShardExpectation expect;
   expect.rows = static_cast<std::size_t>(rows);
   expect.cols = cols;
   expect.num_classes = num_classes;
-  expect.crc32 = static_cast<std::uint32_t>(crc);
   if (!pick) return read_shard((dir / file).string(), expect);
   const std::vector<std::size_t> rows_kept = pick(expect.rows);
   return read_shard((dir / file).string(), expect, &rows_kept);

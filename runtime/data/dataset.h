@@ -32,7 +32,7 @@ struct Prepared {
 };
 
 // The layout of a prepared folder, as its manifest's "dpgossip_data_version" says (docs/DATA.md).
-inline constexpr long long kDataVersion = 1;
+inline constexpr long long kDataVersion = 2;
 
 // Loads shard `rank` of a folder written by prepare(), plus the (shared) test split. Verifies the
 // layout version, the checksums and that the manifest holds exactly `world` shards; errors name

@@ -185,7 +185,7 @@ Json write_split(const fs::path& dir, const std::string& file, const Dataset& so
                  std::span<const std::size_t> indices, bool label_histogram) {
   const std::vector<unsigned char> bytes = encode_shard(source, indices);
   write_bytes(dir / file, bytes);
-  Json entry = {{"file", file}, {"rows", indices.size()}, {"crc32", crc32_of(bytes)}};
+  Json entry = {{"file", file}, {"rows", indices.size()}};
   if (label_histogram) {
     std::vector<std::int64_t> histogram(source.num_classes, 0);
     for (std::size_t i : indices) ++histogram[source.labels[i]];

@@ -21,7 +21,9 @@ std::string hex32(std::uint32_t v) {
   return os.str();
 }
 
-void check_header(const std::string& path, const unsigned char* h, const ShardExpectation& e) {
+// Checks the header against the manifest's expectation; returns the checksum it carries.
+std::uint32_t check_header(const std::string& path, const unsigned char* h,
+                           const ShardExpectation& e) {
   const auto magic = get_le<std::uint32_t>(h);
   const auto version = get_le<std::uint32_t>(h + 4);
   const auto rows = get_le<std::uint64_t>(h + 8);
@@ -41,6 +43,7 @@ void check_header(const std::string& path, const unsigned char* h, const ShardEx
                               " classes; the manifest says " + std::to_string(e.rows) + " x " +
                               std::to_string(e.cols) + ", " + std::to_string(e.num_classes));
   }
+  return get_le<std::uint32_t>(h + 28);
 }
 
 }  // namespace
@@ -58,7 +61,6 @@ std::vector<unsigned char> encode_shard(const Dataset& source,
   put_le(out.data() + 8, static_cast<std::uint64_t>(rows));
   put_le(out.data() + 16, static_cast<std::uint64_t>(cols));
   put_le(out.data() + 24, static_cast<std::uint32_t>(source.num_classes));
-  put_le(out.data() + 28, std::uint32_t{0});
   unsigned char* features = out.data() + kShardHeaderBytes;
   unsigned char* labels = features + rows * cols * sizeof(float);
   for (std::size_t i = 0; i < rows; ++i) {
@@ -67,6 +69,7 @@ std::vector<unsigned char> encode_shard(const Dataset& source,
     put_le_array(features + i * cols * sizeof(float), row);
     put_le(labels + i * sizeof(std::int32_t), source.labels[indices[i]]);
   }
+  put_le(out.data() + 28, crc32_of(std::span<const unsigned char>(out).subspan(kShardHeaderBytes)));
   return out;
 }
 
@@ -120,7 +123,8 @@ Dataset read_shard(const std::string& path, const ShardExpectation& expect,
   std::vector<unsigned char> part;
   part.reserve(std::max<std::size_t>(kShardHeaderBytes, row_bytes));
   std::uint64_t seen = 0;  // bytes of the file so far
-  uLong crc = crc32(0L, Z_NULL, 0);
+  uLong crc = crc32(0L, Z_NULL, 0);  // of the bytes after the header
+  std::uint32_t header_crc = 0;
   bool header_done = false;
   std::size_t row = 0;    // the feature row being gathered
   std::size_t label = 0;  // then the label
@@ -132,9 +136,9 @@ Dataset read_shard(const std::string& path, const ShardExpectation& expect,
     const auto* p = reinterpret_cast<const unsigned char*>(piece.data());
     std::size_t left = piece.size();
     if (seen + left > want) wrong_size(seen + left);
-    crc = crc32(crc, p, static_cast<uInt>(left));
     while (left > 0) {
       const std::size_t n = std::min(left, need() - part.size());
+      if (header_done) crc = crc32(crc, p, static_cast<uInt>(n));
       part.insert(part.end(), p, p + n);
       p += n;
       left -= n;
@@ -142,7 +146,7 @@ Dataset read_shard(const std::string& path, const ShardExpectation& expect,
       if (part.size() < need()) break;
       if (!header_done) {
         header_done = true;
-        check_header(path, part.data(), expect);
+        header_crc = check_header(path, part.data(), expect);
       } else if (row < expect.rows) {
         const std::size_t to = pick != nullptr ? slot[row] : row;
         if (to != npos) {
@@ -156,9 +160,9 @@ Dataset read_shard(const std::string& path, const ShardExpectation& expect,
     }
   });
   if (seen != want) wrong_size(seen);
-  if (crc != expect.crc32) {
+  if (crc != header_crc) {
     fail(Code::data_loss, path + ": checksum mismatch: crc32 " + hex32(static_cast<std::uint32_t>(crc)) +
-                              ", the manifest says " + hex32(expect.crc32) + " (corrupted file)");
+                              ", its header says " + hex32(header_crc) + " (corrupted file)");
   }
   d.labels.resize(d.rows);
   for (std::size_t i = 0; i < expect.rows; ++i) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "runtime/core/json_io.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/partition.h"
 #include "runtime/data/shard.h"
@@ -201,6 +202,46 @@ TEST_CASE("prepare csv: per-feature normalisation from train only, constant colu
   CHECK(q.test.features == std::vector<float>{11.0f, 7.0f});
   CHECK(q.train.num_classes == 5);
   CHECK(hidden_entries(t.path()).empty());
+}
+
+TEST_CASE("prepare: the manifest every peer reads holds nothing computed from a shard's rows") {
+  // Two training sets that differ in one example of shard 0, without normalisation (whose
+  // statistics are the one documented exception, docs/PRIVACY.md): the manifests are equal, so
+  // no peer learns from it anything about another peer's rows; the shard itself differs, and
+  // its checksum lives in its own header.
+  TempFolder t("prep_manifest_private");
+  PrepareOptions o;
+  o.format = "csv";
+  o.train_csv = t.file("train.csv");
+  o.test_csv = t.file("test.csv");
+  o.label_column = 2;
+  o.normalize = "none";
+  o.peers = 2;
+  o.partition = "iid";
+  write_text(t.file("test.csv"), "11,7,1\n");
+  const auto run = [&](const std::string& first_row, const std::string& out) {
+    write_text(t.file("train.csv"), first_row + "\n3,5,2\n4,1,1\n2,2,0\n");
+    o.out_dir = t.file(out);
+    prepare(o);
+    dpg::Json m = dpg::read_json_file(t.file(out + "/manifest.json"));
+    m.erase("seconds");
+    return m;
+  };
+  const dpg::Json a = run("1,5,0", "a");
+  const dpg::Json b = run("1,6,0", "b");  // one feature of one example changed
+  CHECK(a.dump() == b.dump());
+  bool differ = false;
+  for (const char* shard : {"/shard-00000.bin", "/shard-00001.bin"}) {
+    const Bytes x = read_bytes(t.file(std::string("a") + shard));
+    const Bytes y = read_bytes(t.file(std::string("b") + shard));
+    if (x != y) {
+      differ = true;
+      // The header's checksum (offset 28) moved with the rows.
+      CHECK(!std::equal(x.begin() + 28, x.begin() + 32, y.begin() + 28));
+    }
+  }
+  CHECK(differ);
+  CHECK(load_prepared(t.file("b"), 0, 2).train.rows + load_prepared(t.file("b"), 1, 2).train.rows == 4);
 }
 
 TEST_CASE("load_prepared: a folder of another layout version is refused, naming the field") {
