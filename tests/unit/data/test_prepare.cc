@@ -61,6 +61,18 @@ PrepareOptions idx_options(const TempFolder& t, int peers) {
   return o;
 }
 
+// CSV input from t's train.csv and test.csv, the label in column 2, into t's "out".
+PrepareOptions csv_options(const TempFolder& t, const std::string& normalize) {
+  PrepareOptions o;
+  o.format = "csv";
+  o.train_csv = t.file("train.csv");
+  o.test_csv = t.file("test.csv");
+  o.label_column = 2;
+  o.normalize = normalize;
+  o.out_dir = t.file("out");
+  return o;
+}
+
 // Names of the entries of `dir` that start with '.', i.e. temporary or moved-aside folders.
 std::vector<std::string> hidden_entries(const fs::path& dir) {
   std::vector<std::string> names;
@@ -177,13 +189,7 @@ TEST_CASE("prepare csv: per-feature normalisation from train only, constant colu
   // Column a: train values 1, 3 (mean 2, std 1); column b constant 5 (std floored to 1).
   write_text(t.file("train.csv"), "a,b,label\n1,5,0\n3,5,2\n");
   write_text(t.file("test.csv"), "11,7,1\n");
-  PrepareOptions o;
-  o.format = "csv";
-  o.train_csv = t.file("train.csv");
-  o.test_csv = t.file("test.csv");
-  o.label_column = 2;
-  o.normalize = "feature";
-  o.out_dir = t.file("out");
+  PrepareOptions o = csv_options(t, "feature");
   prepare(o);
   const Prepared p = load_prepared(o.out_dir, 0, 1);
   CHECK(p.train.num_classes == 3);  // inferred from the largest label
@@ -210,12 +216,7 @@ TEST_CASE("prepare: the manifest every peer reads holds nothing computed from a 
   // no peer learns from it anything about another peer's rows; the shard itself differs, and
   // its checksum lives in its own header.
   TempFolder t("prep_manifest_private");
-  PrepareOptions o;
-  o.format = "csv";
-  o.train_csv = t.file("train.csv");
-  o.test_csv = t.file("test.csv");
-  o.label_column = 2;
-  o.normalize = "none";
+  PrepareOptions o = csv_options(t, "none");
   o.peers = 2;
   o.partition = "iid";
   write_text(t.file("test.csv"), "11,7,1\n");
