@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/core/error.h"
+#include "runtime/core/log.h"
 #include "runtime/core/os_random.h"
 
 namespace dpg::train {
@@ -79,14 +80,22 @@ Checkpoint save_run_state(const RunState& s, const Progress& p, const RunIdentit
   m["shard_rows"] = id.shard_rows;
   m["accountant"] = s.accountant.to_json();
   m["message_accountant"] = s.message_accountant.to_json();
-  m["progress"] = {{"seen", p.seen},
-                   {"correct", p.correct},
-                   {"dropped", p.dropped},
-                   {"epoch_dropped_before", p.epoch_dropped_before},
-                   {"skipped", p.skipped},
-                   {"epoch_skipped_before", p.epoch_skipped_before},
-                   {"samples", p.samples}};
-  const double seconds[] = {p.loss_sum, p.train_seconds, p.wall_seconds};
+  // Counts over this peer's private batches (examples seen and classified correctly, the loss
+  // summed, examples dropped and batches skipped) are un-noised values of its data: the file
+  // keeps only those the run reports (--report-train-metrics, --report-dropped), 0 for the
+  // others, and says which (docs/PRIVACY.md).
+  const bool train = c.report_train_metrics, dropped = c.report_dropped;
+  const auto kept = [](bool keep, auto v) { return keep ? v : decltype(v){}; };
+  m["progress"] = {{"seen", kept(train, p.seen)},
+                   {"correct", kept(train, p.correct)},
+                   {"dropped", kept(dropped, p.dropped)},
+                   {"epoch_dropped_before", kept(dropped, p.epoch_dropped_before)},
+                   {"skipped", kept(dropped, p.skipped)},
+                   {"epoch_skipped_before", kept(dropped, p.epoch_skipped_before)},
+                   {"samples", p.samples},
+                   {"train_metrics_kept", train},
+                   {"dropped_kept", dropped}};
+  const double seconds[] = {kept(train, p.loss_sum), p.train_seconds, p.wall_seconds};
   out.put("progress", std::span<const double>(seconds));
   out.put("model", s.model.params());
   m["sgd_started"] = s.sgd.started();
@@ -174,6 +183,20 @@ Progress restore_run_state(RunState& s, const Checkpoint& ck, const RunIdentity&
   p.skipped = pr.integer("skipped");
   p.epoch_skipped_before = pr.integer("epoch_skipped_before");
   p.samples = pr.integer("samples");
+  // A count the run before did not report was not kept (save_run_state): reported now, it
+  // covers the steps from this checkpoint on, which the operator is told.
+  const Json& progress = r.at("progress");
+  const auto warn_unkept = [&](const char* key, bool wanted, const char* what) {
+    if (wanted && !progress.value(key, false)) {
+      DPG_WARN("resume: " << ck.where << " kept no " << what << " (the run before did not report "
+               "them): from step " << p.step << " on only");
+    }
+  };
+  warn_unkept("train_metrics_kept", id.config.report_train_metrics,
+              "training loss and accuracy counts; --report-train-metrics reports the current "
+              "epoch's");
+  warn_unkept("dropped_kept", id.config.report_dropped,
+              "counts of dropped examples and skipped batches; --report-dropped reports the run's");
   double seconds[3];
   ck.get("progress", std::span<double>(seconds));
   p.loss_sum = seconds[0];

@@ -56,6 +56,16 @@ struct TempDir {
 
 void no_warn(const std::string&) {}
 
+// The plan's inputs for `c` on two peers of 400 rows each.
+dp::PlanInputs two_shards(const TrainConfig& c) {
+  dp::PlanInputs in;
+  in.shard_rows = {400, 400};
+  in.batch_size = c.batch_size;
+  in.epochs = c.epochs;
+  in.noise_multiplier = c.noise_multiplier;
+  return in;
+}
+
 }  // namespace
 
 TEST_CASE("checkpoint: encode and decode give back the meta and every section, bit for bit") {
@@ -169,14 +179,48 @@ TEST_CASE("checkpoint folder: a write that cannot be made is an error naming the
   }
 }
 
+TEST_CASE("checkpoint: counts over private batches are kept only where the run reports them") {
+  const TrainConfig c = test::small_config(Algo::allreduce);
+  const dp::PrivacyPlan plan = dp::plan_privacy(two_shards(c));
+  const data::Dataset rows = test::blobs(400, 1);
+  train::RunState s(c, rows, plan, 1);
+  const train::Progress p{.step = 3, .loss_sum = 2.5, .seen = 90, .correct = 41, .dropped = 2,
+                          .epoch_dropped_before = 1, .skipped = 1, .epoch_skipped_before = 1,
+                          .samples = 96};
+  const auto round_trip = [&](const TrainConfig& saved, const TrainConfig& resumed) {
+    const train::Checkpoint ck = train::Checkpoint::decode(
+        train::save_run_state(s, p, {saved, plan, 1, 2, 400}).encode(), "r1.ckpt");
+    train::RunState again(resumed, rows, plan, 1);
+    return train::restore_run_state(again, ck, {resumed, plan, 1, 2, 400});
+  };
+  // By default neither is reported: the file holds zeros, and a resume reads zeros. Each flag
+  // keeps its own counts, and only those.
+  struct Case {
+    bool train, dropped;
+  };
+  for (const Case k : {Case{false, false}, Case{true, false}, Case{false, true}}) {
+    CAPTURE(k.train);
+    CAPTURE(k.dropped);
+    TrainConfig run = c;
+    run.report_train_metrics = k.train;
+    run.report_dropped = k.dropped;
+    const train::Progress back = round_trip(run, run);
+    CHECK(back.step == 3);
+    CHECK(back.samples == 96);
+    CHECK(back.seen == (k.train ? 90 : 0));
+    CHECK(back.correct == (k.train ? 41 : 0));
+    CHECK(back.loss_sum == (k.train ? 2.5 : 0.0));
+    CHECK(back.dropped == (k.dropped ? 2 : 0));
+    CHECK(back.epoch_dropped_before == (k.dropped ? 1 : 0));
+    CHECK(back.skipped == (k.dropped ? 1 : 0));
+    CHECK(back.epoch_skipped_before == (k.dropped ? 1 : 0));
+  }
+}
+
 TEST_CASE("checkpoint: another run's checkpoint is refused, naming what differs") {
   TrainConfig c = test::small_config(Algo::allreduce);
   const data::Dataset d = test::blobs(400, 1);
-  dp::PlanInputs in;
-  in.shard_rows = {400, 400};
-  in.batch_size = c.batch_size;
-  in.epochs = c.epochs;
-  in.noise_multiplier = c.noise_multiplier;
+  dp::PlanInputs in = two_shards(c);
   const dp::PrivacyPlan plan = dp::plan_privacy(in);
   train::RunState s(c, d, plan, 1);
   const train::RunIdentity id{c, plan, 1, 2, 400};
