@@ -185,9 +185,8 @@ Progress restore_run_state(RunState& s, const Checkpoint& ck, const RunIdentity&
   p.samples = pr.integer("samples");
   // A count the run before did not report was not kept (save_run_state): reported now, it
   // covers the steps from this checkpoint on, which the operator is told.
-  const Json& progress = r.at("progress");
   const auto warn_unkept = [&](const char* key, bool wanted, const char* what) {
-    if (wanted && !progress.value(key, false)) {
+    if (wanted && !(pr.has(key) && pr.boolean(key))) {
       DPG_WARN("resume: " << ck.where << " kept no " << what << " (the run before did not report "
                "them): from step " << p.step << " on only");
     }
