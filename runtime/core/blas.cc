@@ -1,5 +1,6 @@
 #include "runtime/core/blas.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "runtime/core/dynlib.h"
@@ -7,9 +8,9 @@
 namespace dpg {
 namespace {
 
-std::mutex g_mutex;            // the count below and whether the library is open
-int g_threads = 0;             // 0: OpenBLAS's own default
-const OpenBlas* g_open = nullptr;
+std::mutex g_mutex;                            // serialises opening and setting the count
+std::atomic<int> g_threads{0};                 // the count last set; 0: OpenBLAS's own default
+std::atomic<const OpenBlas*> g_open{nullptr};  // the table, once the library is open
 
 OpenBlas load() {
   constexpr const char* kSoname = "libopenblas.so.0";
@@ -26,21 +27,31 @@ OpenBlas load() {
 }  // namespace
 
 const OpenBlas& openblas() {
+  // Every GEMM on OpenBLAS asks: once open, no lock.
+  if (const OpenBlas* open = g_open.load(std::memory_order_acquire)) return *open;
   static const OpenBlas table = load();
   const std::lock_guard lock(g_mutex);
-  if (g_open == nullptr) {
-    if (g_threads > 0) table.set_num_threads(g_threads);
-    g_open = &table;
+  if (g_open.load(std::memory_order_relaxed) == nullptr) {
+    if (const int t = g_threads; t > 0) table.set_num_threads(t);
+    g_open.store(&table, std::memory_order_release);
   }
   return table;
 }
 
 int set_openblas_threads(int threads) {
   const std::lock_guard lock(g_mutex);
+  const OpenBlas* open = g_open.load(std::memory_order_relaxed);
+  if (open != nullptr) {
+    open->set_num_threads(threads);
+    threads = open->get_num_threads();
+  }
   g_threads = threads;
-  if (g_open == nullptr) return threads;
-  g_open->set_num_threads(threads);
-  return g_open->get_num_threads();
+  return threads;
+}
+
+int openblas_threads() {
+  const int t = g_threads;
+  return t > 0 ? t : openblas().get_num_threads();
 }
 
 }  // namespace dpg

@@ -1,6 +1,6 @@
 // OpenBLAS opened at its first use (dynlib.h), not linked: a process that multiplies no matrices
-// (the launcher, a benchmark of the collectives, a peer whose GEMMs run in oneDNN) then neither
-// maps nor relocates it, and does not start its thread pool, whose workers spin on
+// (the launcher, a benchmark of the collectives; a peer whose GEMMs run in oneDNN opens it only
+// to analyse a graph, through LAPACKE) then neither maps nor relocates it, and does not start its thread pool, whose workers spin on
 // sched_yield for a while after the library loads: on a machine with fewer cores than starting
 // peers that spinning was the largest part of a peer's start-up (docs/BENCHMARKS.md, "Start-up").
 #pragma once
@@ -26,5 +26,8 @@ const OpenBlas& openblas();
 // is opened (so that setting it does not load it). Returns the count the library runs at, or
 // `threads` when it is not open yet.
 int set_openblas_threads(int threads);
+
+// The count last set, or where none was, OpenBLAS's own (which opens it).
+int openblas_threads();
 
 }  // namespace dpg

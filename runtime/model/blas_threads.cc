@@ -1,15 +1,11 @@
 #include "runtime/model/blas_threads.h"
 
-#include <atomic>
 #include <string>
 
 #include "runtime/core/blas.h"
 #include "runtime/core/error.h"
 
 namespace dpg::model {
-namespace {
-std::atomic<int> g_threads{0};  // 0: not set, the libraries' defaults
-}  // namespace
 
 void set_blas_threads(int threads) {
   if (threads < 1) fail(Code::invalid_argument, "threads: must be at least 1");
@@ -22,12 +18,8 @@ void set_blas_threads(int threads) {
     fail(Code::invalid_argument, "threads: this OpenBLAS runs at most " + std::to_string(got) +
                                      " threads, got " + std::to_string(threads));
   }
-  g_threads = threads;
 }
 
-int blas_threads() {
-  const int t = g_threads;
-  return t > 0 ? t : openblas().get_num_threads();
-}
+int blas_threads() { return openblas_threads(); }
 
 }  // namespace dpg::model
