@@ -27,7 +27,7 @@ double seconds_since(Clock::time_point t) {
 // calibration, an epoch's report): its arrays of megabytes differ in size from one evaluation
 // to the next, so the allocator keeps what they freed and the next larger window does not fit
 // in it; left there, that is a peer's largest block of memory (docs/BENCHMARKS.md, "A peer's
-// memory"). Twice an epoch at most: cheap beside the reports themselves.
+// memory"). Once after the plan and once an epoch: cheap beside the reports themselves.
 void release_free_memory() { malloc_trim(0); }
 
 }  // namespace
