@@ -28,7 +28,22 @@ double seconds_since(Clock::time_point t) {
 // to the next, so the allocator keeps what they freed and the next larger window does not fit
 // in it; left there, that is a peer's largest block of memory (docs/BENCHMARKS.md, "A peer's
 // memory"). Once after the plan and once an epoch: cheap beside the reports themselves.
-void release_free_memory() { malloc_trim(0); }
+// Under a sanitizer the heap is the sanitizer's, not glibc's: glibc's arenas were never set
+// up, and two trainers in one process would race to set them up inside malloc_trim (a SEGV
+// in mtrim under ASan), for no pages to give back. So it does nothing there.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DPG_SANITIZED_HEAP 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+#define DPG_SANITIZED_HEAP 1
+#endif
+#endif
+void release_free_memory() {
+#ifndef DPG_SANITIZED_HEAP
+  malloc_trim(0);
+#endif
+}
 
 }  // namespace
 
