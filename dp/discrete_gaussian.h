@@ -50,10 +50,13 @@
 // product inside 128 bits; 2^16 keeps 4096 examples' sums inside int32); the noise is then sigma C
 // times l2 / scale (1 + 3.6e-3 for the recipe's 203,530 values at 2^16).
 //
-// What stays in floating point: each example's forward and backward pass, computed for the batch
-// by GEMMs. The argument above holds for the per-example values as computed; it assumes that one
-// example's values do not change when another joins the batch, which holds as long as the GEMM
-// computes each row of its output with the same operations whatever the number of rows.
+// What stays in floating point: each example's forward and backward pass, its loss and its
+// norm. The argument above holds for the per-example values as computed, provided one example's
+// values do not change when another joins the batch. The GEMM libraries do not give that (their
+// kernel and blocking follow the batch size: adding one example moved others' grid values by a
+// unit), so on the grid the model computes every example's values row-exact
+// (runtime/model/row_exact.h): from its own row and the parameters, by a fixed sequence of
+// correctly rounded operations, whatever else the batch holds (tests/unit/model/test_mlp.cc).
 #pragma once
 
 #include <cstddef>

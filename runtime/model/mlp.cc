@@ -8,6 +8,7 @@
 #include "runtime/core/rng.h"
 #include "runtime/model/gemm.h"
 #include "runtime/model/kernels.h"
+#include "runtime/model/row_exact.h"
 
 namespace dpg::model {
 
@@ -69,6 +70,15 @@ std::size_t Mlp::bias_offset(int layer) const {
   return offsets_[layer] + static_cast<std::size_t>(widths_[layer + 1]) * widths_[layer];
 }
 
+namespace {
+
+row_exact::Act exact_act(bool last, Activation a) {
+  if (last) return row_exact::Act::none;
+  return a == Activation::relu ? row_exact::Act::relu : row_exact::Act::tanh;
+}
+
+}  // namespace
+
 void Mlp::forward(Workspace& ws) const {
   const auto batch = static_cast<int>(ws.batch);
   if (batch == 0) return;
@@ -76,6 +86,14 @@ void Mlp::forward(Workspace& ws) const {
     const int in = widths_[l];
     const int out = widths_[l + 1];
     float* z = ws.act[l + 1].data();
+    if (ws.exact_rows) {
+      ws.transposed.resize(static_cast<std::size_t>(in) * out);
+      row_exact::transpose(params_.data() + weight_offset(l), out, in, ws.transposed.data());
+      row_exact::times(ws.act[l].data(), ws.batch, in, ws.transposed.data(), out, z);
+      row_exact::bias_act(z, params_.data() + bias_offset(l), ws.batch, out,
+                          exact_act(l + 1 == num_layers(), spec_.activation));
+      continue;
+    }
     // z (batch, out) = act (batch, in) * W^T (in, out)
     sgemm(false, true, batch, out, in, 1.0f, ws.act[l].data(), in,
           params_.data() + weight_offset(l), in, 0.0f, z, out);
@@ -96,13 +114,21 @@ std::size_t Mlp::loss_and_backward(std::span<const std::int32_t> labels, Workspa
   DPG_CHECK_EQ(labels.size(), batch);
   if (batch == 0) return 0;
   const int last = num_layers() - 1;
+  const auto softmax = ws.exact_rows ? row_exact::softmax_xent : kernels::softmax_xent;
   const std::size_t correct =
-      kernels::softmax_xent(ws.act.back().data(), labels.data(), batch, spec_.classes,
-                            ws.loss.data(), backward ? ws.grad[last].data() : nullptr);
+      softmax(ws.act.back().data(), labels.data(), batch, spec_.classes, ws.loss.data(),
+              backward ? ws.grad[last].data() : nullptr);
   if (!backward) return correct;
   for (int l = last; l >= 1; --l) {
     const int in = widths_[l];
     const int out = widths_[l + 1];
+    if (ws.exact_rows) {
+      row_exact::times(ws.grad[l].data(), batch, out, params_.data() + weight_offset(l), in,
+                       ws.grad[l - 1].data());
+      row_exact::act_backward(ws.grad[l - 1].data(), ws.act[l].data(), batch * in,
+                              exact_act(false, spec_.activation));
+      continue;
+    }
     // grad[l-1] (batch, in) = grad[l] (batch, out) * W_l (out, in), then times act'(.)
     sgemm(false, false, static_cast<int>(batch), in, out, 1.0f, ws.grad[l].data(), out,
           params_.data() + weight_offset(l), in, 0.0f, ws.grad[l - 1].data(), in);
@@ -123,6 +149,12 @@ void Mlp::per_example_sq_norms(Workspace& ws, std::span<float> out) const {
   std::vector<float>& a2 = ws.act_sq;
   std::vector<float>& g2 = ws.grad_sq;
   for (int l = 0; l < num_layers(); ++l) {
+    if (ws.exact_rows) {
+      row_exact::row_sq_norms(ws.act[l].data(), batch, widths_[l], a2.data());
+      row_exact::row_sq_norms(ws.grad[l].data(), batch, widths_[l + 1], g2.data());
+      row_exact::add_layer_norms(out.data(), g2.data(), a2.data(), batch);
+      continue;
+    }
     kernels::row_sq_norms(ws.act[l].data(), batch, widths_[l], a2.data());
     kernels::row_sq_norms(ws.grad[l].data(), batch, widths_[l + 1], g2.data());
     for (std::size_t i = 0; i < batch; ++i) out[i] += g2[i] * (a2[i] + 1.0f);

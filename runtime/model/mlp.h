@@ -42,6 +42,11 @@ struct Workspace {
   std::vector<std::vector<float>> grad;  // grad[l]: (batch, width_{l+1}), dloss_i / dz_{l+1}
   std::vector<float> loss;               // (batch) per-example loss
   std::vector<float> act_sq, grad_sq;    // (batch) row norms, scratch of per_example_sq_norms
+  // Every example's values (activations, output gradients, loss, norm) computed from its own row
+  // in a fixed order (runtime/model/row_exact.h), not by the GEMM libraries: the same whatever
+  // else is in the batch, as secure noise's sensitivity needs. Slower than the GEMMs.
+  bool exact_rows = false;
+  std::vector<float> transposed;         // exact_rows: a layer's W^T, scratch of forward
   void resize(const MlpSpec& spec, std::size_t batch);
   std::span<float> input() { return {act[0].data(), batch * (act[0].size() / capacity)}; }
   std::size_t capacity = 0;              // rows the buffers hold

@@ -43,6 +43,10 @@ dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& 
   stats = StepStats{};
   stats.batch = batch;
   std::span<float> sum = mechanism.begin_step();
+  // Secure noise sums the clipped examples on the mechanism's integer grid, and its sensitivity
+  // holds only if each example's values are its own whatever the batch: computed row-exact.
+  const bool on_grid = mechanism.sums_on_grid();
+  ws.exact_rows = on_grid;
   if (batch > 0) {
     trace::Span pass(tracer, "forward_backward", "compute");
     model.forward(ws);
@@ -78,8 +82,6 @@ dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& 
   trace::Span clipped_sum(tracer, "clip", "compute");
   std::span<const float> scale;
   if (mechanism.options().enabled && batch > 0) scale = buffers.scale;
-  // Secure noise sums the clipped examples on the mechanism's integer grid instead.
-  const bool on_grid = mechanism.sums_on_grid();
   const std::span<std::int64_t> grid = on_grid ? mechanism.grid_sum() : std::span<std::int64_t>{};
   const float to_grid = on_grid ? mechanism.to_grid() : 0.0f;
   if (sink) {

@@ -154,3 +154,92 @@ TEST_CASE("mlp: evaluate counts correct predictions over chunks") {
   CHECK(ev.correct == correct);
   CHECK(std::isfinite(ev.loss_sum));
 }
+
+namespace {
+
+// The clipped batch's sum on secure noise's grid (clip norm 1, 2^16 steps per unit), the batch
+// being rows `rows` of `b` in that order, its values computed row-exact or by the GEMMs.
+std::vector<std::int64_t> grid_sum(const Mlp& m, const Batch& b,
+                                   const std::vector<std::size_t>& rows, bool exact) {
+  const MlpSpec& spec = m.spec();
+  Workspace ws;
+  ws.exact_rows = exact;
+  ws.resize(spec, rows.size());
+  std::vector<std::int32_t> labels;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    std::copy_n(b.x.begin() + rows[i] * spec.inputs, spec.inputs,
+                ws.act[0].begin() + i * spec.inputs);
+    labels.push_back(b.y[rows[i]]);
+  }
+  m.forward(ws);
+  m.loss_and_backward(labels, ws, true);
+  std::vector<float> scale(rows.size());
+  m.per_example_sq_norms(ws, scale);
+  for (float& s : scale) s = std::min(1.0f, 1.0f / (std::sqrt(s) + 1e-6f));  // dp::clip_factors
+  std::vector<std::int64_t> grid(m.num_params(), 0);
+  m.accumulate_gradient_on_grid(ws, scale, 65536.0f, grid);
+  return grid;
+}
+
+// How many grid values of the batch with example x added differ from those without it plus x's
+// own: zero when adding one example moves the sum by exactly that example's integers.
+std::size_t moved_by_others(const Mlp& m, const Batch& b, std::size_t n, std::size_t at,
+                            bool exact) {
+  std::vector<std::size_t> without(n), with;
+  for (std::size_t i = 0; i < n; ++i) without[i] = i;
+  with = without;
+  with.insert(with.begin() + static_cast<std::ptrdiff_t>(at), n);  // example n joins at `at`
+  const auto a = grid_sum(m, b, with, exact);
+  const auto s = grid_sum(m, b, without, exact);
+  const auto x = grid_sum(m, b, {n}, exact);
+  std::size_t moved = 0;
+  for (std::size_t p = 0; p < a.size(); ++p) moved += a[p] - s[p] != x[p] ? 1 : 0;
+  return moved;
+}
+
+}  // namespace
+
+TEST_CASE("mlp: row-exact values do not depend on the rest of the batch") {
+  // The recipe's model and a deeper tanh one; the batch sizes span the GEMMs' kernel choices
+  // and the row-exact tiles' edges; the new example joins first, in the middle and last.
+  const std::vector<MlpSpec> specs{{784, {256}, 10, Activation::relu},
+                                   {50, {40, 30}, 7, Activation::tanh}};
+  for (const MlpSpec& spec : specs) {
+    Mlp m(spec, 11);
+    const Batch b = random_batch(spec, 701, 12);
+    for (int threads : {1, 2}) {
+      dpg::model::set_blas_threads(threads);
+      for (std::size_t n : {1u, 6u, 33u, 200u, 700u}) {
+        for (std::size_t at : {std::size_t{0}, n / 2, n}) {
+          CAPTURE(spec.inputs);
+          CAPTURE(threads);
+          CAPTURE(n);
+          CAPTURE(at);
+          CHECK(moved_by_others(m, b, n, at, true) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("mlp: row-exact values are the GEMMs' to float rounding") {
+  MlpSpec spec{50, {40, 30}, 7, Activation::tanh};
+  Mlp m(spec, 4);
+  const Batch b = random_batch(spec, 33, 6);
+  std::vector<std::vector<float>> logits, grads;
+  for (bool exact : {false, true}) {
+    Workspace ws;
+    ws.exact_rows = exact;
+    grads.push_back(gradient(m, b, ws));
+    logits.push_back({ws.act.back().begin(), ws.act.back().begin() + 33 * 7});
+    std::vector<float> norms(33);
+    m.per_example_sq_norms(ws, norms);
+    grads.back().insert(grads.back().end(), norms.begin(), norms.end());
+  }
+  for (std::size_t i = 0; i < logits[0].size(); ++i) {
+    CHECK(logits[0][i] == doctest::Approx(logits[1][i]).epsilon(1e-5));
+  }
+  for (std::size_t i = 0; i < grads[0].size(); ++i) {
+    CHECK(grads[0][i] == doctest::Approx(grads[1][i]).epsilon(1e-4));
+  }
+}
