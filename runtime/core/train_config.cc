@@ -304,6 +304,12 @@ std::vector<ConfigField> make_table() {
       field(&C::batch_size, "batch_size", "--batch-size", "expected batch size (Poisson: q * n)",
             between(1, 1e9)),
       field(&C::sampling, "sampling", "--sampling", "batch sampling"),
+      field(&C::physical_batch, "physical_batch", "--physical-batch",
+            "virtual batches: the most examples one forward and backward pass holds; a larger "
+            "batch goes through in pieces whose clipped sums add up, noised once (0: the whole "
+            "batch in one pass)",
+            between(0, 1e9))
+          .per_peer(),
       field(&C::lr, "lr", "--lr", "learning rate", at_least(0)),
       field(&C::momentum, "momentum", "--momentum", "SGD momentum", below_one()),
       field(&C::weight_decay, "weight_decay", "--weight-decay", "L2 weight decay", at_least(0)),

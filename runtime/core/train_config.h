@@ -147,6 +147,7 @@ struct TrainConfig {
   double epochs = 40;
   double batch_size = 4096;                  // expected batch size (q * n under Poisson sampling)
   Sampling sampling = Sampling::poisson;     // or fixed-size shuffled batches
+  long long physical_batch = 0;              // rows a pass holds (virtual batches); 0: all
   double lr = 1.0;
   double momentum = 0.9;
   double weight_decay = 0.0;

@@ -49,6 +49,7 @@ struct DeviceDpOptions {
   double expected_batch = 1.0;    // public denominator: q * dataset size
   std::uint64_t seed = 0;         // with rank and step, the key of the step's noise
   std::uint64_t rank = 0;
+  std::size_t physical_batch = 0;  // virtual batches: the most rows a pass holds (0: all)
 };
 
 // runtime/train/gradient.h's StepStats, counted on the device.

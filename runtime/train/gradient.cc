@@ -29,61 +29,107 @@ std::vector<ReleasePiece> release_pieces(const model::Mlp& model, std::size_t pa
   return out;
 }
 
+namespace {
+
+// Forward, backward, per-example norms and clip factors (into buffers.scale) of the examples in
+// ws, with their counts added to `stats`.
+void clip_pass(const model::Mlp& model, model::Workspace& ws,
+               std::span<const std::int32_t> labels, const dp::GaussianMechanism& mechanism,
+               StepBuffers& buffers, StepStats& stats, trace::Tracer* tracer) {
+  const std::size_t batch = ws.batch;
+  stats.batch += batch;
+  if (batch == 0) return;
+  trace::Span pass(tracer, "forward_backward", "compute");
+  model.forward(ws);
+  std::size_t correct = model.loss_and_backward(labels, ws, true);
+  double loss_sum = 0.0;
+  for (std::size_t i = 0; i < batch; ++i) loss_sum += ws.loss[i];
+  pass.end();
+  trace::Span clip(tracer, "clip", "compute");
+  if (mechanism.options().enabled) {
+    std::vector<float>& sq_norms = buffers.sq_norms;
+    std::vector<float>& scale = buffers.scale;
+    sq_norms.resize(batch);
+    scale.resize(batch);
+    model.per_example_sq_norms(ws, sq_norms);
+    stats.dropped += dp::clip_factors(sq_norms, mechanism.options().clip_norm, scale);
+    // The loss and accuracy over the examples kept, as the count of seen examples is: a
+    // dropped one may have a non-finite loss, and counted correct it could lift the epoch's
+    // accuracy above 100%.
+    loss_sum = 0.0;
+    const auto classes = static_cast<std::size_t>(model.spec().classes);
+    for (std::size_t i = 0; i < batch; ++i) {
+      stats.clipped += (scale[i] < 1.0f && scale[i] > 0.0f) ? 1 : 0;
+      if (scale[i] != 0.0f) {
+        loss_sum += ws.loss[i];
+      } else if (model::kernels::argmax(ws.act.back().data() + i * classes, classes) ==
+                 static_cast<std::size_t>(labels[i])) {
+        --correct;
+      }
+    }
+  }
+  stats.correct += correct;
+  stats.loss_sum += loss_sum;
+}
+
+}  // namespace
+
 dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
                                      std::span<const std::int32_t> labels,
                                      dp::GaussianMechanism& mechanism, StepBuffers& buffers,
                                      StepStats& stats, const GradientSink& sink,
                                      std::size_t part_values, trace::Tracer* tracer,
                                      const SumHook& before_noise) {
+  return private_gradient(model, ws, labels, 1, {}, mechanism, buffers, stats, sink, part_values,
+                          tracer, before_noise);
+}
+
+dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
+                                     std::span<const std::int32_t> labels, std::size_t pieces,
+                                     const LoadPiece& load, dp::GaussianMechanism& mechanism,
+                                     StepBuffers& buffers, StepStats& stats,
+                                     const GradientSink& sink, std::size_t part_values,
+                                     trace::Tracer* tracer, const SumHook& before_noise) {
   if (sink && before_noise) {
     fail(Code::failed_precondition,
          "private_gradient: a sum hook needs the whole sum, and a sink releases it in parts");
   }
-  const std::size_t batch = ws.batch;
+  if (pieces == 0 || (pieces > 1 && !load)) {  // more than one piece: each loaded in turn
+    fail(Code::failed_precondition, "private_gradient: a batch in pieces needs one and a loader");
+  }
   stats = StepStats{};
-  stats.batch = batch;
   std::span<float> sum = mechanism.begin_step();
   // Secure noise sums the clipped examples on the mechanism's integer grid, and its sensitivity
   // holds only if each example's values are its own whatever the batch: computed row-exact.
   const bool on_grid = mechanism.sums_on_grid();
-  ws.exact_rows = on_grid;
-  if (batch > 0) {
-    trace::Span pass(tracer, "forward_backward", "compute");
-    model.forward(ws);
-    stats.correct = model.loss_and_backward(labels, ws, true);
-    for (std::size_t i = 0; i < batch; ++i) stats.loss_sum += ws.loss[i];
-    pass.end();
-    trace::Span clip(tracer, "clip", "compute");
-    if (mechanism.options().enabled) {
-      std::vector<float>& sq_norms = buffers.sq_norms;
-      std::vector<float>& scale = buffers.scale;
-      sq_norms.resize(batch);
-      scale.resize(batch);
-      model.per_example_sq_norms(ws, sq_norms);
-      stats.dropped = dp::clip_factors(sq_norms, mechanism.options().clip_norm, scale);
-      // The loss and accuracy over the examples kept, as the count of seen examples is: a
-      // dropped one may have a non-finite loss, and counted correct it could lift the epoch's
-      // accuracy above 100%.
-      stats.loss_sum = 0.0;
-      const auto classes = static_cast<std::size_t>(model.spec().classes);
-      for (std::size_t i = 0; i < batch; ++i) {
-        stats.clipped += (scale[i] < 1.0f && scale[i] > 0.0f) ? 1 : 0;
-        if (scale[i] != 0.0f) {
-          stats.loss_sum += ws.loss[i];
-        } else if (model::kernels::argmax(ws.act.back().data() + i * classes, classes) ==
-                   static_cast<std::size_t>(labels[i])) {
-          --stats.correct;
-        }
-      }
-    }
-  }
-  // The clipped sum. The clip factors: none without DP, or for an empty batch, whose sum stays
-  // zero. With a sink, its pieces are noised and handed over as they are done.
-  trace::Span clipped_sum(tracer, "clip", "compute");
-  std::span<const float> scale;
-  if (mechanism.options().enabled && batch > 0) scale = buffers.scale;
   const std::span<std::int64_t> grid = on_grid ? mechanism.grid_sum() : std::span<std::int64_t>{};
   const float to_grid = on_grid ? mechanism.to_grid() : 0.0f;
+  // The clip factors: none without DP, or for an empty piece, whose sum stays zero.
+  auto scale_of = [&](std::size_t rows) {
+    return mechanism.options().enabled && rows > 0 ? std::span<const float>(buffers.scale)
+                                                   : std::span<const float>{};
+  };
+  // Every piece but the last: clipped and added to the sum whole (virtual batches).
+  for (std::size_t k = 0; k + 1 < pieces; ++k) {
+    ws.exact_rows = on_grid;
+    const std::span<const std::int32_t> piece_labels = load(k, ws);
+    clip_pass(model, ws, piece_labels, mechanism, buffers, stats, tracer);
+    trace::Span clipped_sum(tracer, "clip", "compute");
+    if (ws.batch == 0) continue;
+    if (on_grid) {
+      model.accumulate_gradient_on_grid(ws, scale_of(ws.batch), to_grid, grid);
+    } else {
+      model.accumulate_gradient(ws, scale_of(ws.batch), sum);
+    }
+  }
+  ws.exact_rows = on_grid;
+  const std::span<const std::int32_t> last_labels = load ? load(pieces - 1, ws) : labels;
+  const std::size_t batch = ws.batch;
+  clip_pass(model, ws, last_labels, mechanism, buffers, stats, tracer);
+  // The last piece's clipped sum. With a sink, its pieces are noised and handed over as they
+  // are done.
+  trace::Span clipped_sum(tracer, "clip", "compute");
+  const std::span<const float> scale = scale_of(batch);
   if (sink) {
     for (const ReleasePiece& piece : release_pieces(model, part_values)) {
       if (piece.bias) {

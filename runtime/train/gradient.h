@@ -70,4 +70,21 @@ dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& 
                                      trace::Tracer* tracer = nullptr,
                                      const SumHook& before_noise = {});
 
+// Virtual batches: one logical batch processed as `pieces` physical ones, so that the workspace
+// holds one piece at a time. load(k, ws) fills the workspace with piece k's rows (ws.resize,
+// then ws.act[0]) and returns their labels, for k = 0 .. pieces - 1 in order; `labels` is not
+// read. (Without a loader, one piece: the workspace as the caller filled it, with `labels`.) Each piece is forwarded, clipped example by example and added to the one clipped sum;
+// the noise is added once, after the last piece, and the stats count every piece. The result is
+// the one-shot step's up to float summation order (the same integers on secure noise's grid,
+// whose values are row-exact), and a sink gets the whole sum's pieces after the last piece.
+using LoadPiece =
+    std::function<std::span<const std::int32_t>(std::size_t piece, model::Workspace& ws)>;
+dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& ws,
+                                     std::span<const std::int32_t> labels, std::size_t pieces,
+                                     const LoadPiece& load, dp::GaussianMechanism& mechanism,
+                                     StepBuffers& buffers, StepStats& stats,
+                                     const GradientSink& sink = {}, std::size_t part_values = 0,
+                                     trace::Tracer* tracer = nullptr,
+                                     const SumHook& before_noise = {});
+
 }  // namespace dpg::train

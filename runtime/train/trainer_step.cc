@@ -23,13 +23,25 @@ dp::PrivateGradient Trainer::cpu_gradient(RunState& s, long long t, StepStats& s
   trace::Span sample(in_.tracer, "sample", "compute");
   const std::size_t cols = in_.data.train.cols;
   const auto& batch = s.poisson ? s.poisson->next() : s.shuffle->next();
-  s.ws.resize(s.spec, batch.size());
-  s.labels.resize(batch.size());
-  float* x = s.ws.act[0].data();
-  for (std::size_t i = 0; i < batch.size(); ++i) {
-    std::copy_n(in_.data.train.features.data() + batch[i] * cols, cols, x + i * cols);
-    s.labels[i] = in_.data.train.labels[batch[i]];
-  }
+  // Virtual batches: at most physical_batch rows in the workspace at a time.
+  const auto most = static_cast<std::size_t>(in_.config.physical_batch);
+  const std::size_t per = most == 0 ? std::max<std::size_t>(batch.size(), 1) : most;
+  const std::size_t pieces = std::max<std::size_t>(1, (batch.size() + per - 1) / per);
+  auto load = [&](std::size_t k, model::Workspace& ws) -> std::span<const std::int32_t> {
+    const std::size_t first = std::min(batch.size(), k * per);
+    const std::size_t n = std::min(batch.size(), first + per) - first;
+    ws.resize(s.spec, n);
+    s.labels.resize(n);
+    float* x = ws.act[0].data();
+    for (std::size_t i = 0; i < n; ++i) {
+      std::copy_n(in_.data.train.features.data() + batch[first + i] * cols, cols, x + i * cols);
+      s.labels[i] = in_.data.train.labels[batch[first + i]];
+    }
+    return s.labels;
+  };
+  // One piece is loaded here; more, each as private_gradient comes to it.
+  const std::span<const std::int32_t> labels =
+      pieces == 1 ? load(0, s.ws) : std::span<const std::int32_t>{};
   sample.end();
   // Forward, backward with per-example norms, clip and noise.
   GradientSink sink;  // the layers as they are released, to an algorithm that streams them
@@ -40,8 +52,12 @@ dp::PrivateGradient Trainer::cpu_gradient(RunState& s, long long t, StepStats& s
   }
   SumHook before_noise;
   if (in_.hooks.sum) before_noise = [&](std::span<float> sum) { in_.hooks.sum(t, sum); };
-  return private_gradient(s.model, s.ws, s.labels, s.mechanism, s.buffers, stats, sink,
-                          s.algorithm->gradient_part_values(), in_.tracer, before_noise);
+  if (pieces == 1) {
+    return private_gradient(s.model, s.ws, labels, s.mechanism, s.buffers, stats, sink,
+                            s.algorithm->gradient_part_values(), in_.tracer, before_noise);
+  }
+  return private_gradient(s.model, s.ws, labels, pieces, load, s.mechanism, s.buffers, stats,
+                          sink, s.algorithm->gradient_part_values(), in_.tracer, before_noise);
 }
 
 std::optional<dp::PrivateGradient> Trainer::device_gradient(RunState& s, long long t,
@@ -55,11 +71,13 @@ std::optional<dp::PrivateGradient> Trainer::device_gradient(RunState& s, long lo
   // averaged or restored it), and the device computes at it.
   if (!s.resident) s.device->upload_params(s.model.params());
   const dp::MechanismOptions& o = s.mechanism.options();
+  const TrainConfig& c = in_.config;
   const model::DeviceStepStats d = s.device->gradient(
       s.device_rows, t,
       {.enabled = o.enabled, .clip_norm = o.clip_norm, .noise_multiplier = o.noise_multiplier,
        .expected_batch = o.expected_batch, .seed = s.noise_seed,
-       .rank = static_cast<std::uint64_t>(rank())});
+       .rank = static_cast<std::uint64_t>(rank()),
+       .physical_batch = static_cast<std::size_t>(c.physical_batch)});
   stats = {.batch = d.batch, .loss_sum = d.loss_sum, .correct = d.correct, .dropped = d.dropped,
            .clipped = d.clipped};
   pass.end();

@@ -172,7 +172,10 @@ class Impl final : public DeviceMlp {
     if (dp.expected_batch <= 0.0 || (dp.enabled && !(dp.clip_norm > 0.0f))) {
       fail(Code::invalid_argument, "device model: needs expected_batch > 0 and C > 0");
     }
-    reserve(b);
+    // Virtual batches: at most physical_batch rows in the buffers at a time, their clipped sums
+    // added up in grad_ before the one noise.
+    const size_t per = dp.physical_batch == 0 ? std::max<size_t>(b, 1) : dp.physical_batch;
+    reserve(std::min(b, per));
     DeviceStepStats stats;
     stats.batch = b;
     // The noise first: it depends on the step's key alone, not on the batch.
@@ -187,44 +190,12 @@ class Impl final : public DeviceMlp {
       noise = noise_.data();
     }
     grad_.zero();
-    if (b > 0) {
-      idx_.from_host(batch);
-      for_n(b * widths_[0], Gather{x_.data(), y_.data(), x2_.data(), idx_.data(), act_[0].data(),
-                                   labels_.data(), a2_.data(), static_cast<size_t>(widths_[0])});
-      forward(b);
-      loss(b, true);
-      backward(b);
-      if (dp.enabled) {
-        ghost_norms(b);
-        for_n(b, ClipFactor{norms_.data(), a2_.data(), b, layers(), scale_.data(), dp.clip_norm});
-        clip_rows(b);
-      }
-      for (int l = 0; l < layers(); ++l) {
-        const size_t in = width(l), out = width(l + 1);
-        // dW (out, in) += grad^T (out, b) act (b, in); db (1, out) += ones (1, b) grad (b, out)
-        gemm(true, false, static_cast<int>(out), static_cast<int>(in), static_cast<int>(b), 1.0f,
-             grad_of_[l].data(), static_cast<int>(out), act_[l].data(), static_cast<int>(in),
-             1.0f, grad_.data() + offsets_[l], static_cast<int>(in));
-        gemm(false, false, 1, static_cast<int>(out), static_cast<int>(b), 1.0f, ones_.data(),
-             static_cast<int>(b), grad_of_[l].data(), static_cast<int>(out), 1.0f,
-             grad_.data() + bias_offset(l), static_cast<int>(out));
-      }
+    for (size_t first = 0; first < b; first += per) {
+      const size_t n = std::min(per, b - first);
+      add_clipped(batch.subspan(first, n), dp, stats);
     }
     for_n(num_params_,
           Release{grad_.data(), noise, static_cast<float>(1.0 / dp.expected_batch)});
-    if (b > 0) {
-      // Last, as the one wait for the device: every kernel of the step is queued before it.
-      const Counts c = thrust_call("the step's counters", [&] {
-        return thrust::transform_reduce(
-            policy(), thrust::counting_iterator<size_t>(0), thrust::counting_iterator<size_t>(b),
-            CountOf{loss_.data(), correct_.data(), dp.enabled ? scale_.data() : nullptr}, Counts{},
-            AddCounts{});
-      });
-      stats.loss_sum = c.loss;
-      stats.correct = c.correct;
-      stats.dropped = c.dropped;
-      stats.clipped = c.clipped;
-    }
     sync();
     return stats;
   }
@@ -367,6 +338,45 @@ class Impl final : public DeviceMlp {
   }
 
   // Per-batch buffers for n rows, grown with headroom so Poisson batch sizes rarely reallocate.
+  // One physical batch (rows of the resident set): forward, backward, under DP the per-example
+  // norms and clipping, then its clipped sum added to grad_ and its counts to `stats`.
+  void add_clipped(std::span<const std::uint32_t> rows, const DeviceDpOptions& dp,
+                   DeviceStepStats& stats) {
+    const size_t b = rows.size();
+    idx_.from_host(rows);
+    for_n(b * widths_[0], Gather{x_.data(), y_.data(), x2_.data(), idx_.data(), act_[0].data(),
+                                 labels_.data(), a2_.data(), static_cast<size_t>(widths_[0])});
+    forward(b);
+    loss(b, true);
+    backward(b);
+    if (dp.enabled) {
+      ghost_norms(b);
+      for_n(b, ClipFactor{norms_.data(), a2_.data(), b, layers(), scale_.data(), dp.clip_norm});
+      clip_rows(b);
+    }
+    for (int l = 0; l < layers(); ++l) {
+      const size_t in = width(l), out = width(l + 1);
+      // dW (out, in) += grad^T (out, b) act (b, in); db (1, out) += ones (1, b) grad (b, out)
+      gemm(true, false, static_cast<int>(out), static_cast<int>(in), static_cast<int>(b), 1.0f,
+           grad_of_[l].data(), static_cast<int>(out), act_[l].data(), static_cast<int>(in),
+           1.0f, grad_.data() + offsets_[l], static_cast<int>(in));
+      gemm(false, false, 1, static_cast<int>(out), static_cast<int>(b), 1.0f, ones_.data(),
+           static_cast<int>(b), grad_of_[l].data(), static_cast<int>(out), 1.0f,
+           grad_.data() + bias_offset(l), static_cast<int>(out));
+    }
+    // The piece's counters: a wait for the device, once every kernel of the piece is queued.
+    const Counts c = thrust_call("the step's counters", [&] {
+      return thrust::transform_reduce(
+          policy(), thrust::counting_iterator<size_t>(0), thrust::counting_iterator<size_t>(b),
+          CountOf{loss_.data(), correct_.data(), dp.enabled ? scale_.data() : nullptr}, Counts{},
+          AddCounts{});
+    });
+    stats.loss_sum += c.loss;
+    stats.correct += c.correct;
+    stats.dropped += c.dropped;
+    stats.clipped += c.clipped;
+  }
+
   void reserve(size_t n) {
     if (n <= capacity_ && !act_.empty()) return;
     capacity_ = std::max<size_t>(n + n / 8, 16);

@@ -257,6 +257,37 @@ TEST_CASE("device: the clipped sum, its clipped and dropped counts match the CPU
   }
 }
 
+TEST_CASE("device: virtual batches give the one-shot step's sum and counts, noise added once") {
+  const Mlp cpu(spec_of(Activation::tanh), 22);
+  Rows rows = random_rows(cpu.spec(), 200, 10);
+  rows.x[17 * cpu.spec().inputs + 3] = std::numeric_limits<float>::quiet_NaN();  // row 17
+  std::vector<std::uint32_t> batch(121);
+  std::iota(batch.begin(), batch.end(), 0u);
+  DeviceDpOptions dp;
+  dp.clip_norm = 0.3f;
+  dp.noise_multiplier = 0.5;
+  dp.expected_batch = 100;
+  dp.seed = 8;
+  auto whole = make(cpu);
+  whole->upload_rows(rows.x, rows.y);
+  const auto ref = whole->gradient(batch, 4, dp);
+  const std::vector<float> want = download(*whole);
+  for (std::size_t per : {1u, 16u, 120u, 121u, 400u}) {
+    CAPTURE(per);
+    auto dev = make(cpu);
+    dev->upload_rows(rows.x, rows.y);
+    DeviceDpOptions pieces = dp;
+    pieces.physical_batch = per;
+    const auto got = dev->gradient(batch, 4, pieces);
+    check_close(download(*dev), want, 1e-4);
+    CHECK(got.batch == ref.batch);
+    CHECK(got.dropped == 1);
+    CHECK(got.clipped == ref.clipped);
+    CHECK(got.correct == ref.correct);
+    CHECK(got.loss_sum == doctest::Approx(ref.loss_sum).epsilon(1e-5));
+  }
+}
+
 // Nine layers give the ghost norms 17 matrices to square (passes of kMaxParts = 8, 8 and 1), and
 // the clipping 9 output gradients to scale and 9 inputs to zero (passes of 8 and 1 each): every
 // part of a full pass, and the passes after it. 2,500 resident rows take the inputs' norms three

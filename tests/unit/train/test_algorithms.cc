@@ -80,3 +80,34 @@ TEST_CASE("the noise multiplier is searched for once, and every peer holds the s
   }
   // A peer's check of another's multiplier: dp::plan_with_multiplier_from (unit_dp_privacy_plan).
 }
+
+TEST_CASE("virtual batches: every algorithm trains with --physical-batch, as in one pass") {
+  // The synchronous algorithms (the all-reduce streaming its gradient in buckets, too) end at
+  // the one-pass run's model up to float summation order, whose differences the steps carry on;
+  // the asynchronous ones, whose order is the peers' timing, learn as well.
+  for (const std::string_view name : EnumNames<Algo>::names) {
+    CAPTURE(name);
+    TrainConfig c = small_config(std::string(name));
+    if (c.algo == Algo::single) continue;  // one peer: the same step as allreduce among one
+    const bool graph = train::algo_info(c.algo).uses_graph;
+    const bool exact = c.algo == Algo::allreduce || c.algo == Algo::gossip ||
+                       c.algo == Algo::local_sgd || c.algo == Algo::ps_sync;
+    auto run = [&](long long physical, long long bucket) {
+      c.physical_batch = physical;
+      c.bucket_bytes = c.algo == Algo::allreduce ? bucket : 0;
+      return test::run_peers(2, c, 400, graph ? ring_phases(2) : std::vector<train::GossipPhase>{});
+    };
+    for (long long bucket : c.algo == Algo::allreduce ? std::vector<long long>{0, 256}
+                                                      : std::vector<long long>{0}) {
+      const auto pieces = run(13, bucket);
+      for (const auto& p : pieces) REQUIRE(p.error == "");
+      CHECK(pieces[0].summary.test_accuracy > 0.8);
+      if (!exact) continue;
+      const auto whole = run(0, bucket);
+      for (std::size_t r = 0; r < whole.size(); ++r) {
+        CHECK(test::max_abs_diff(pieces[r].params, whole[r].params) <=
+              1e-3 * test::max_abs(whole[r].params));
+      }
+    }
+  }
+}
