@@ -9,6 +9,7 @@
 #include "runtime/core/train_config.h"
 #include "runtime/model/mlp.h"
 #include "runtime/train/algorithm.h"
+#include "runtime/train/run_state.h"
 
 namespace dpg::app {
 namespace {
@@ -31,7 +32,7 @@ constexpr double kModelCopies = 16;
 }  // namespace
 
 double model_and_step_bytes(double cols, double classes, const std::vector<int>& hidden,
-                            double batch) {
+                            double batch, double pass_rows) {
   const double floats = 4.0;
   const model::MlpSpec spec{.inputs = static_cast<int>(std::min(cols, 2e9)),
                             .hidden = hidden,
@@ -39,7 +40,9 @@ double model_and_step_bytes(double cols, double classes, const std::vector<int>&
   const double params = spec.param_count();
   double activations = classes;
   for (int h : hidden) activations += h;
-  const double step = 2 * std::max(1.0, batch) * (cols + 3 * activations) * floats;
+  double rows = 2 * std::max(1.0, batch);
+  if (pass_rows > 0) rows = std::min(rows, pass_rows);
+  const double step = rows * (cols + 3 * activations) * floats;
   return kModelCopies * params * floats + step;
 }
 
@@ -49,7 +52,8 @@ std::uint64_t estimate_peer_bytes(const PeerShape& s, int local_peers) {
   const double total = kPrivateBytes + kSharedBytes / std::max(1, local_peers) +
                        (s.distributed_plan ? kDistributedPlanBytes : 0) + data +
                        model_and_step_bytes(static_cast<double>(s.cols),
-                                            static_cast<double>(s.classes), s.hidden, s.batch);
+                                            static_cast<double>(s.classes), s.hidden, s.batch,
+                                            s.pass_rows);
   return static_cast<std::uint64_t>(std::min(total, 1e18));
 }
 
@@ -81,6 +85,13 @@ PeerShape train_shape(const std::vector<std::string>& args, int world) {
     s.cols = m.at("cols").get<std::uint64_t>();
     s.classes = m.at("num_classes").get<std::uint64_t>();
     s.batch = s.batch * kept / std::max(1.0, rows);  // this peer's expected batch
+    TrainConfig pass;  // virtual batches
+    if (auto v = flag_value(args, "--physical-batch"); !v.empty()) pass.physical_batch = std::stoll(v);
+    if (auto v = flag_value(args, "--batch-memory"); !v.empty()) pass.batch_memory_mib = std::stod(v);
+    const model::MlpSpec spec{.inputs = static_cast<int>(std::min<std::uint64_t>(s.cols, 1u << 30)),
+                              .hidden = s.hidden,
+                              .classes = static_cast<int>(std::min<std::uint64_t>(s.classes, 1u << 30))};
+    s.pass_rows = static_cast<double>(train::physical_rows(pass, spec));
   } catch (const std::exception&) {
     // No folder yet (train prepares it), or flags train itself will refuse: the process alone.
     s.train_rows = s.eval_rows = s.cols = 0;

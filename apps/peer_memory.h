@@ -17,6 +17,7 @@ struct PeerShape {
   double batch = 4096;           // the expected batch (--batch-size)
   std::vector<int> hidden = {256};
   bool distributed_plan = false;  // a summed release with distributed noise under the PLD
+  double pass_rows = 0;  // virtual batches: the most rows a pass holds (0: the whole batch)
 };
 
 // The peer's bytes at its peak: the process itself (its private memory, and its share of the
@@ -27,12 +28,14 @@ std::uint64_t estimate_peer_bytes(const PeerShape& shape, int local_peers);
 // The model's copies and the step's buffers alone: kModelCopies copies of the parameters of an MLP
 // of `hidden` widths on `cols` features and `classes` classes, and the buffers of a Poisson batch
 // sized for twice its expected `batch` (the inputs, and per layer its outputs, their gradients and
-// one more). In doubles, saturating: a hostile size is a large figure, never a wrapped one.
+// one more), or of `pass_rows` rows where that is fewer (virtual batches: --physical-batch,
+// --batch-memory). In doubles, saturating: a hostile size is a large figure, never a wrapped one.
 double model_and_step_bytes(double cols, double classes, const std::vector<int>& hidden,
-                            double batch);
+                            double batch, double pass_rows = 0);
 
 // The shape of command `args` (what follows `launch ... --`) for `world` peers: its --data
-// folder's manifest (the default folder when not given), --batch-size, --hidden and what decides
+// folder's manifest (the default folder when not given), --batch-size, --hidden,
+// --physical-batch, --batch-memory and what decides
 // the plan's noise (--algo, --noise-mode, --accountant, --target, --no-dp); flags given in a
 // --config file are not read (its defaults stand). The process alone (no rows, no batch) when the
 // command is not `train` or its manifest cannot be read yet (train may prepare it).

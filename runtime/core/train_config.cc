@@ -310,6 +310,12 @@ std::vector<ConfigField> make_table() {
             "batch in one pass)",
             between(0, 1e9))
           .per_peer(),
+      field(&C::batch_memory_mib, "batch_memory_mib", "--batch-memory",
+            "virtual batches by memory: the most MiB a pass's per-example buffers take; the "
+            "physical batch is the most rows that fit (with --physical-batch, the smaller of "
+            "the two; 0: no cap)",
+            between(0, 1 << 24))
+          .per_peer(),
       field(&C::lr, "lr", "--lr", "learning rate", at_least(0)),
       field(&C::momentum, "momentum", "--momentum", "SGD momentum", below_one()),
       field(&C::weight_decay, "weight_decay", "--weight-decay", "L2 weight decay", at_least(0)),

@@ -148,6 +148,7 @@ struct TrainConfig {
   double batch_size = 4096;                  // expected batch size (q * n under Poisson sampling)
   Sampling sampling = Sampling::poisson;     // or fixed-size shuffled batches
   long long physical_batch = 0;              // rows a pass holds (virtual batches); 0: all
+  double batch_memory_mib = 0;               // or as many rows as fit in this; 0: no cap
   double lr = 1.0;
   double momentum = 0.9;
   double weight_decay = 0.0;

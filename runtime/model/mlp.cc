@@ -26,6 +26,14 @@ std::vector<int> MlpSpec::widths() const {
   return w;
 }
 
+std::size_t Workspace::row_bytes(const MlpSpec& spec) {
+  const std::vector<int> w = spec.widths();
+  std::size_t floats = 3;  // loss, act_sq, grad_sq
+  for (std::size_t l = 0; l < w.size(); ++l) floats += static_cast<std::size_t>(w[l]);   // act
+  for (std::size_t l = 1; l < w.size(); ++l) floats += static_cast<std::size_t>(w[l]);   // grad
+  return floats * sizeof(float);
+}
+
 void Workspace::resize(const MlpSpec& spec, std::size_t rows) {
   batch = rows;
   if (rows <= capacity && !act.empty()) return;

@@ -37,6 +37,9 @@ struct MlpSpec {
 
 // Per-batch buffers, grown on demand and reused from step to step.
 struct Workspace {
+  // The bytes one row of the batch takes in these buffers (act, grad, loss and the two norms),
+  // before resize()'s headroom of an eighth.
+  static std::size_t row_bytes(const MlpSpec& spec);
   std::size_t batch = 0;
   std::vector<std::vector<float>> act;   // act[l]: (batch, width_l); act[0] is the input
   std::vector<std::vector<float>> grad;  // grad[l]: (batch, width_{l+1}), dloss_i / dz_{l+1}

@@ -4,6 +4,7 @@
 #include <exception>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "runtime/core/error.h"
@@ -197,6 +198,13 @@ void check_run(const RunInputs& in) {
   }
   if (in.data.train.rows == 0) {
     refuse("train: rank " + std::to_string(rank_of(in)) + "'s training shard is empty");
+  }
+  if (c.batch_memory_mib > 0 && physical_rows(c, spec_for(c, in.data.train)) == 0) {
+    std::ostringstream why;
+    why << "/batch_memory_mib: " << c.batch_memory_mib << " MiB holds no row of this model's "
+        << "pass (one row takes " << std::llround(pass_row_bytes(spec_for(c, in.data.train)))
+        << " bytes); give more, or 0 for no cap";
+    refuse(why.str());
   }
   if (in.config.eval_split == EvalSplit::validation && in.data.validation.rows == 0) {
     refuse("/eval_split: the data folder " + in.config.data +

@@ -27,6 +27,23 @@ model::MlpSpec spec_for(const TrainConfig& c, const data::Dataset& d) {
   return s;
 }
 
+double pass_row_bytes(const model::MlpSpec& spec) {
+  // The workspace grows to an eighth over the rows it is asked for (mlp.cc); the clipping keeps
+  // a norm and a factor a row, and the trainer a label.
+  return static_cast<double>(model::Workspace::row_bytes(spec)) * 9.0 / 8.0 +
+         2 * sizeof(float) + sizeof(std::int32_t);
+}
+
+std::size_t physical_rows(const TrainConfig& c, const model::MlpSpec& spec) {
+  auto rows = static_cast<std::size_t>(c.physical_batch);
+  if (c.batch_memory_mib > 0) {
+    const auto fit =
+        static_cast<std::size_t>(c.batch_memory_mib * 1048576.0 / pass_row_bytes(spec));
+    rows = rows == 0 ? fit : std::min(rows, fit);
+  }
+  return rows;
+}
+
 RunState::RunState(const TrainConfig& c, const data::Dataset& train, const dp::PrivacyPlan& plan,
                    int rank)
     : spec(spec_for(c, train)),
@@ -46,7 +63,8 @@ RunState::RunState(const TrainConfig& c, const data::Dataset& train, const dp::P
                 noise_seed, static_cast<std::uint64_t>(rank)),
       sgd(model.num_params(), {.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}),
       accountant(plan.new_account()),
-      message_accountant(plan.new_account()) {
+      message_accountant(plan.new_account()),
+      pass_rows(physical_rows(c, spec)) {
   rates.push_back({0, plan.peer_q});
   const double q = plan.peer_q[static_cast<std::size_t>(rank)];
   const Rng rng(noise_seed, stream_for(stream::kSampler, static_cast<std::uint64_t>(rank)));

@@ -35,6 +35,14 @@ std::uint64_t secret_seed();
 // The MLP of config `c` for data shaped like `d`.
 model::MlpSpec spec_for(const TrainConfig& c, const data::Dataset& d);
 
+// Virtual batches: the most rows one forward and backward pass holds (0: the whole batch), from
+// physical_batch and batch_memory_mib (the most rows whose buffers, the model's workspace and the
+// clipping's per-example scratch with the workspace's headroom, fit in it; the smaller of the
+// two). check_run refuses a cap that holds no row.
+std::size_t physical_rows(const TrainConfig& c, const model::MlpSpec& spec);
+// The bytes a row of a pass takes (the workspace's with its headroom, and the clipping's).
+double pass_row_bytes(const model::MlpSpec& spec);
+
 struct RunState {
   RunState(const TrainConfig& c, const data::Dataset& train, const dp::PrivacyPlan& plan,
            int rank);
@@ -50,6 +58,7 @@ struct RunState {
   std::unique_ptr<Algorithm> algorithm;
   dp::Accountant accountant;          // the released model, for the worst peer's data
   dp::Accountant message_accountant;  // the worst peer's messages
+  std::size_t pass_rows = 0;  // virtual batches: the most rows a pass holds (0: the batch)
   std::optional<PoissonSampler> poisson;
   std::optional<ShuffleSampler> shuffle;
   std::vector<std::int32_t> labels;

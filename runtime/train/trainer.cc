@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <sstream>
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
@@ -18,6 +19,13 @@ namespace dpg::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// "0.01", "64": a MiB figure as the flag would take it.
+std::string text_of_mib(double mib) {
+  std::ostringstream o;
+  o << mib;
+  return o.str();
+}
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -105,6 +113,16 @@ void Trainer::log_start() const {
                           << (c.secure_noise ? ", sampler seed secret (OS entropy)"
                               : c.noise_seed != 0 ? ", noise seed from the config"
                                                   : ", noise seed secret (OS entropy)"));
+  if (state_ && state_->pass_rows > 0) {
+    const std::size_t rows = state_->pass_rows;
+    const bool by_memory = rows != static_cast<std::size_t>(c.physical_batch);
+    DPG_INFO("train: virtual batches of at most "
+             << rows << " examples a pass"
+             << (by_memory ? " (what --batch-memory " : "")
+             << (by_memory ? text_of_mib(c.batch_memory_mib) : "")
+             << (by_memory ? " MiB holds)" : "")
+             << ": their clipped sums add up, noised once a step");
+  }
   if (c.dp && c.sampling != Sampling::poisson) {
     DPG_WARN("train: sampling is 'shuffle'; the reported epsilon assumes Poisson sampling");
   }

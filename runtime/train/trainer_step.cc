@@ -24,7 +24,7 @@ dp::PrivateGradient Trainer::cpu_gradient(RunState& s, long long t, StepStats& s
   const std::size_t cols = in_.data.train.cols;
   const auto& batch = s.poisson ? s.poisson->next() : s.shuffle->next();
   // Virtual batches: at most physical_batch rows in the workspace at a time.
-  const auto most = static_cast<std::size_t>(in_.config.physical_batch);
+  const std::size_t most = s.pass_rows;
   const std::size_t per = most == 0 ? std::max<std::size_t>(batch.size(), 1) : most;
   const std::size_t pieces = std::max<std::size_t>(1, (batch.size() + per - 1) / per);
   auto load = [&](std::size_t k, model::Workspace& ws) -> std::span<const std::int32_t> {
@@ -71,13 +71,12 @@ std::optional<dp::PrivateGradient> Trainer::device_gradient(RunState& s, long lo
   // averaged or restored it), and the device computes at it.
   if (!s.resident) s.device->upload_params(s.model.params());
   const dp::MechanismOptions& o = s.mechanism.options();
-  const TrainConfig& c = in_.config;
   const model::DeviceStepStats d = s.device->gradient(
       s.device_rows, t,
       {.enabled = o.enabled, .clip_norm = o.clip_norm, .noise_multiplier = o.noise_multiplier,
        .expected_batch = o.expected_batch, .seed = s.noise_seed,
        .rank = static_cast<std::uint64_t>(rank()),
-       .physical_batch = static_cast<std::size_t>(c.physical_batch)});
+       .physical_batch = s.pass_rows});
   stats = {.batch = d.batch, .loss_sum = d.loss_sum, .correct = d.correct, .dropped = d.dropped,
            .clipped = d.clipped};
   pass.end();

@@ -193,5 +193,19 @@ expect_quick_error "puts 3000 peers on this machine; at most 1024" \
   "$exe" launch --hosts "$work/many.json" -- train --data "$work/tiny" --epochs 1
 expect_quick_error "this machine has 100000000 bytes" env DPGOSSIP_MEMORY_BYTES=100000000 \
   "$exe" launch --peers 4 -- train --data "$work/tiny" --epochs 1
+# Virtual batches size the step's buffers by the pass, not the batch: the launcher's estimate
+# falls with --physical-batch and --batch-memory (a wide layer, a large batch: the buffers lead).
+per_peer() {
+  local out
+  out=$(DPGOSSIP_MEMORY_BYTES=100000000 timeout -s KILL 5 "$exe" launch --peers 4 -- train \
+    --data "$work/tiny" --epochs 1 --hidden 4096 --batch-size 8192 "$@" 2>&1) && fail "launch admitted 4 wide peers in 95 MiB"
+  sed -n "s/.*local peers at about \([0-9]*\) bytes.*/\1/p" <<<"$out" | head -1
+}
+whole=$(per_peer)
+pieces=$(per_peer --physical-batch 64)
+capped=$(per_peer --batch-memory 8)
+[ -n "$whole" ] && [ -n "$pieces" ] && [ -n "$capped" ] || fail "no per-peer estimate in the launcher's refusal"
+[ "$pieces" -lt $((whole / 2)) ] || fail "--physical-batch 64 left the estimate at $pieces bytes (whole batch: $whole)"
+[ "$capped" -lt $((whole / 2)) ] || fail "--batch-memory 8 left the estimate at $capped bytes (whole batch: $whole)"
 
 finish test_bounds

@@ -32,6 +32,7 @@ dpg::TrainConfig unusual() {
   c.batch_size = 512;
   c.sampling = dpg::Sampling::shuffle;
   c.physical_batch = 100;
+  c.batch_memory_mib = 64;
   c.lr = 0.25;
   c.momentum = 0.5;
   c.weight_decay = 1e-4;
@@ -221,7 +222,7 @@ TEST_CASE("train config: the hash ignores exactly the per-peer fields") {
                                           "noise_seed", "run_name", "trace",
                                           "checkpoint_dir", "insecure_fixed_seed",
                                           "report_dropped", "report_train_metrics", "device",
-                                          "physical_batch"};
+                                          "physical_batch", "batch_memory_mib"};
   // Shared, but free to change when a run is resumed: not in the checkpoint's hash.
   const std::set<std::string> control = {"timeout_s", "checkpoint_every", "checkpoint_keep",
                                          "resume", "stop_check_every", "transport",

@@ -180,3 +180,37 @@ TEST_CASE("run set-up: buckets too small to be worth an all-reduce each are refu
         std::string::npos);
   CHECK(why.find("give at least " + std::to_string(least) + " bytes") != std::string::npos);
 }
+
+TEST_CASE("virtual batches by memory: the most rows that fit, the workspace within the cap") {
+  const model::MlpSpec spec{784, {256}, 10, Activation::tanh};
+  // A row: 784 + 256 + 10 activations, 256 + 10 output gradients, loss and two norms.
+  CHECK(model::Workspace::row_bytes(spec) == 4u * (784 + 256 + 10 + 256 + 10 + 3));
+  TrainConfig c;
+  CHECK(train::physical_rows(c, spec) == 0);  // the whole batch
+  c.physical_batch = 100;
+  CHECK(train::physical_rows(c, spec) == 100);
+  c.batch_memory_mib = 1;
+  CHECK(train::physical_rows(c, spec) == 100);  // the smaller of the two
+  c.physical_batch = 0;
+  const std::size_t rows = train::physical_rows(c, spec);
+  CHECK(rows == static_cast<std::size_t>(1048576 / train::pass_row_bytes(spec)));
+  CHECK(rows > 150);
+  // The buffers of a pass of that many rows, headroom included, stay within the mebibyte.
+  model::Workspace ws;
+  ws.resize(spec, rows);
+  std::size_t bytes = (ws.loss.size() + ws.act_sq.size() + ws.grad_sq.size()) * sizeof(float);
+  for (const auto& a : ws.act) bytes += a.size() * sizeof(float);
+  for (const auto& g : ws.grad) bytes += g.size() * sizeof(float);
+  bytes += rows * (2 * sizeof(float) + sizeof(std::int32_t));  // norms, factors, labels
+  CHECK(bytes <= 1048576);
+  CHECK(bytes > 1048576 - static_cast<std::size_t>(2 * train::pass_row_bytes(spec)));
+  // A cap that holds no row is refused, naming the field and a row's size.
+  train::RunInputs in;
+  in.config.algo = Algo::single;
+  in.config.batch_memory_mib = 0.001;
+  in.config.batch_size = 8;
+  in.data.train = test::blobs(64, 1);
+  in.data.test = test::blobs(16, 2);
+  in.config.hidden = {1 << 16};
+  CHECK_THROWS_WITH_AS(train::check_run(in), doctest::Contains("/batch_memory_mib"), Error);
+}
