@@ -94,8 +94,9 @@ dp::PrivateGradient private_gradient(const model::Mlp& model, model::Workspace& 
     fail(Code::failed_precondition,
          "private_gradient: a sum hook needs the whole sum, and a sink releases it in parts");
   }
-  if (pieces == 0 || (pieces > 1 && !load)) {  // more than one piece: each loaded in turn
-    fail(Code::failed_precondition, "private_gradient: a batch in pieces needs one and a loader");
+  if (pieces == 0 || (pieces > 1 && !load)) {
+    fail(Code::failed_precondition,
+         "private_gradient: a batch takes at least one piece, and a loader for more than one");
   }
   stats = StepStats{};
   std::span<float> sum = mechanism.begin_step();
