@@ -1,9 +1,13 @@
 #include "dp/discrete_gaussian.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "dp/checks.h"
 #include "dp/value_stream.h"
@@ -141,10 +145,37 @@ std::uint64_t isqrt(std::uint64_t n) {
 }  // namespace
 
 void add_discrete_gaussian(std::span<std::int64_t> out, std::uint64_t sigma2, const NoiseKey& key,
-                           std::uint64_t stream, std::size_t first) {
+                           std::uint64_t stream, std::size_t first, int threads) {
   if (sigma2 < 1 || sigma2 > kMaxDiscreteGaussianVariance) {
     bad_argument("sigma2 (discrete Gaussian variance parameter) must be in [1, 2^52], got " +
                  std::to_string(sigma2));
+  }
+  if (threads < 1 || threads > 64) {
+    bad_argument("threads must be in [1, 64], got " + std::to_string(threads));
+  }
+  constexpr std::size_t kPerThread = 16384;
+  const std::size_t parts =
+      std::min<std::size_t>(static_cast<std::size_t>(threads), std::max<std::size_t>(1, out.size() / kPerThread));
+  if (parts > 1) {
+    // Contiguous parts, the last on this thread; the first failure is rethrown once all joined.
+    std::vector<std::exception_ptr> errors(parts);
+    std::vector<std::thread> helpers;
+    const std::size_t each = (out.size() + parts - 1) / parts;
+    auto part = [&](std::size_t k) {
+      const std::size_t b = k * each, e = std::min(out.size(), b + each);
+      try {
+        add_discrete_gaussian(out.subspan(b, e - b), sigma2, key, stream, first + b, 1);
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    };
+    for (std::size_t k = 0; k + 1 < parts; ++k) helpers.emplace_back(part, k);
+    part(parts - 1);
+    for (auto& h : helpers) h.join();
+    for (const auto& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+    return;
   }
   const std::uint64_t t = isqrt(sigma2) + 1;
   const u128 den = static_cast<u128>(2 * sigma2) * t * t;

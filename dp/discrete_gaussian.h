@@ -74,8 +74,11 @@ inline constexpr std::uint64_t kMaxDiscreteGaussianVariance = 1ULL << 52;
 // position first + i. sigma2 in [1, kMaxDiscreteGaussianVariance] (invalid_argument otherwise);
 // a range ending past 2^30 values is refused (invalid_argument); dpg::Error(internal) if libcrypto
 // fails. A value whose sum would leave the int64 range throws invalid_argument.
+// With threads > 1 (at most 64) the range is cut into that many contiguous parts, each drawn on a
+// thread of its own (parts below 16384 values are not worth a thread): the values are bit for bit
+// those of one thread, since each is a function of (key, stream, position) alone.
 void add_discrete_gaussian(std::span<std::int64_t> out, std::uint64_t sigma2, const NoiseKey& key,
-                           std::uint64_t stream, std::size_t first = 0);
+                           std::uint64_t stream, std::size_t first = 0, int threads = 1);
 
 // The grid and noise of `--secure-noise` for noise multiplier sigma (> 0, finite) over d values of
 // a model whose widest layer has `widest` (>= 1) units.

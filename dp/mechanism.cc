@@ -106,7 +106,8 @@ void GaussianMechanism::noise_on_grid(std::size_t begin, std::size_t end) {
     grid_sum_[i] += static_cast<std::int64_t>(v);
   }
   const std::span<std::int64_t> range(grid_sum_.data() + begin, end - begin);
-  add_discrete_gaussian(range, noise_grid_->sigma2, *secure_key_, step_, begin);
+  add_discrete_gaussian(range, noise_grid_->sigma2, *secure_key_, step_, begin,
+                        options_.noise_threads);
   const double from_grid = options_.clip_norm / noise_grid_->scale / options_.expected_batch;
   for (std::size_t i = begin; i < end; ++i) {
     buffer_[i] = static_cast<float>(static_cast<double>(grid_sum_[i]) * from_grid);

@@ -65,6 +65,8 @@ struct MechanismOptions {
   // Secure noise: the model's widest layer, which sets the float allowance of the clipping in the
   // grid's sensitivity (discrete_gaussian.h). 0: the number of parameters (a loose bound).
   int widest_layer = 0;
+  // Secure noise: the threads that draw the discrete Gaussian (the same values whatever the count).
+  int noise_threads = 1;
   // Secure aggregation (privacy_plan.h's SecureAggregationPlan): release() puts the clipped sum
   // on the grid (grid_scale steps per C) and adds Skellam(skellam_mu) there instead of Gaussian
   // noise; aggregate() masks and sums the integers and hands back the decoded sum.

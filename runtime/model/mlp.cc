@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "runtime/core/check.h"
 #include "runtime/core/error.h"
 #include "runtime/core/rng.h"
+#include "runtime/model/blas_threads.h"
 #include "runtime/model/gemm.h"
 #include "runtime/model/kernels.h"
 #include "runtime/model/row_exact.h"
@@ -97,7 +99,8 @@ void Mlp::forward(Workspace& ws) const {
     if (ws.exact_rows) {
       ws.transposed.resize(static_cast<std::size_t>(in) * out);
       row_exact::transpose(params_.data() + weight_offset(l), out, in, ws.transposed.data());
-      row_exact::times(ws.act[l].data(), ws.batch, in, ws.transposed.data(), out, z);
+      row_exact::times(ws.act[l].data(), ws.batch, in, ws.transposed.data(), out, z,
+                       blas_threads());
       row_exact::bias_act(z, params_.data() + bias_offset(l), ws.batch, out,
                           exact_act(l + 1 == num_layers(), spec_.activation));
       continue;
@@ -132,7 +135,7 @@ std::size_t Mlp::loss_and_backward(std::span<const std::int32_t> labels, Workspa
     const int out = widths_[l + 1];
     if (ws.exact_rows) {
       row_exact::times(ws.grad[l].data(), batch, out, params_.data() + weight_offset(l), in,
-                       ws.grad[l - 1].data());
+                       ws.grad[l - 1].data(), blas_threads());
       row_exact::act_backward(ws.grad[l - 1].data(), ws.act[l].data(), batch * in,
                               exact_act(false, spec_.activation));
       continue;
@@ -254,6 +257,26 @@ void Mlp::add_weight_rows_on_grid(Workspace& ws, int l, int row_begin, int row_e
   DPG_CHECK_EQ(grid_out.size(), params_.size());
   DPG_CHECK(l >= 0 && l < num_layers());
   DPG_CHECK(0 <= row_begin && row_begin <= row_end && row_end <= widths_[l + 1]);
+  // On several BLAS threads the rows are shared out in blocks: each thread sums its own rows'
+  // integers (disjoint values of grid_out), and an integer sum is the same in any order.
+  const int threads = std::min(blas_threads(), (row_end - row_begin) / (2 * kGridRows));
+  if (threads > 1) {
+    const int each = (row_end - row_begin + threads - 1) / threads;
+    std::vector<std::thread> helpers;
+    for (int b = row_begin + each; b < row_end; b += each) {
+      helpers.emplace_back([this, &ws, l, b, each, row_end, to_grid, grid_out] {
+        grid_rows(ws, l, b, std::min(row_end, b + each), to_grid, grid_out);
+      });
+    }
+    grid_rows(ws, l, row_begin, row_begin + each, to_grid, grid_out);
+    for (auto& h : helpers) h.join();
+    return;
+  }
+  grid_rows(ws, l, row_begin, row_end, to_grid, grid_out);
+}
+
+void Mlp::grid_rows(Workspace& ws, int l, int row_begin, int row_end, float to_grid,
+                    std::span<std::int64_t> grid_out) const {
   const int in = widths_[l];
   const int out = widths_[l + 1];
   const float* g = ws.grad[l].data();

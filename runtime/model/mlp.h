@@ -127,6 +127,9 @@ class Mlp {
 
  private:
   std::size_t weight_offset(int layer) const { return offsets_[layer]; }
+  // add_weight_rows_on_grid's sums for rows [row_begin, row_end), on the calling thread.
+  void grid_rows(Workspace& ws, int layer, int row_begin, int row_end, float to_grid,
+                 std::span<std::int64_t> grid_out) const;
   std::size_t bias_offset(int layer) const;
 
   MlpSpec spec_;

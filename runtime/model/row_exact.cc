@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
+#include <vector>
 
 #include "runtime/model/kernels.h"
 
@@ -37,7 +39,23 @@ void tile(const float* a, std::size_t lda, std::size_t rows, std::size_t k, cons
 }  // namespace
 
 void times(const float* a, std::size_t rows, std::size_t k, const float* b, std::size_t n,
-           float* c) {
+           float* c, int threads) {
+  constexpr std::size_t kMinRows = 64;
+  const std::size_t parts = std::min<std::size_t>(
+      static_cast<std::size_t>(std::max(threads, 1)), std::max<std::size_t>(1, rows / kMinRows));
+  if (parts > 1) {
+    // Blocks of whole tiles, the last on this thread. Nothing here throws.
+    const std::size_t each = (rows + parts - 1) / parts;
+    const std::size_t block = (each + kRows - 1) / kRows * kRows;
+    std::vector<std::thread> helpers;
+    for (std::size_t b0 = 0; b0 + block < rows; b0 += block) {
+      helpers.emplace_back([=] { times(a + b0 * k, block, k, b, n, c + b0 * n, 1); });
+    }
+    const std::size_t last = helpers.size() * block;
+    times(a + last * k, rows - last, k, b, n, c + last * n, 1);
+    for (auto& h : helpers) h.join();
+    return;
+  }
   for (std::size_t j0 = 0; j0 < n; j0 += kCols) {
     const std::size_t cols = std::min(kCols, n - j0);
     for (std::size_t i0 = 0; i0 < rows; i0 += kRows) {

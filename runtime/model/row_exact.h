@@ -26,9 +26,10 @@ namespace dpg::model::row_exact {
 enum class Act { none, relu, tanh };
 
 // c (rows, n) = a (rows, k) * b (k, n), all row-major: c[i][j] = fma(a[i][k-1], b[k-1][j], ...
-// fma(a[i][0], b[0][j], 0)).
+// fma(a[i][0], b[0][j], 0)). With threads > 1 the rows are shared out in contiguous blocks, one
+// thread each (blocks of fewer than 64 rows are not worth one): a row's values are the same.
 void times(const float* a, std::size_t rows, std::size_t k, const float* b, std::size_t n,
-           float* c);
+           float* c, int threads = 1);
 
 // out (cols, rows) = w (rows, cols) transposed.
 void transpose(const float* w, std::size_t rows, std::size_t cols, float* out);

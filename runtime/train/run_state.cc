@@ -57,6 +57,7 @@ RunState::RunState(const TrainConfig& c, const data::Dataset& train, const dp::P
                  .expected_batch = plan.peer_batch[static_cast<std::size_t>(rank)],
                  .secure_noise = c.secure_noise,
                  .widest_layer = model.widest(),
+                 .noise_threads = std::min(c.threads, 64),
                  .secure_aggregation = plan.secure_aggregation,
                  .grid_scale = plan.secagg.grid_scale,
                  .skellam_mu = plan.secagg.peer_mu},

@@ -2,11 +2,14 @@
 // mechanism that releases through it.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstddef>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -324,4 +327,28 @@ TEST_CASE("mechanism: secure aggregation sums on the grid too: the exact integer
   m.begin_step();
   m.grid_sum()[3] = std::int64_t{1} << 31;
   CHECK_THROWS_WITH_AS(m.release(), doctest::Contains("leaves the int32 range"), dpg::Error);
+}
+
+TEST_CASE("discrete gaussian: drawn on several threads, the noise is one thread's bit for bit") {
+  using dpg::dp::add_discrete_gaussian;
+  using dpg::dp::NoiseKey;
+  const std::uint64_t s2 = 123456789;
+  std::vector<std::int64_t> one(100003, 5);
+  add_discrete_gaussian(one, s2, NoiseKey::fixed(21), 4, 17);
+  for (int threads : {2, 3, 7, 64}) {
+    CAPTURE(threads);
+    std::vector<std::int64_t> many(100003, 5);
+    add_discrete_gaussian(many, s2, NoiseKey::fixed(21), 4, 17, threads);
+    CHECK(many == one);
+  }
+  std::vector<std::int64_t> x(10);
+  CHECK_THROWS_WITH_AS(add_discrete_gaussian(x, s2, NoiseKey::fixed(1), 0, 0, 0),
+                       doctest::Contains("threads"), dpg::Error);
+  CHECK_THROWS_WITH_AS(add_discrete_gaussian(x, s2, NoiseKey::fixed(1), 0, 0, 65),
+                       doctest::Contains("threads"), dpg::Error);
+  // A failure on a helper thread (a sum leaving int64) is this call's, after every thread ended.
+  std::vector<std::int64_t> full(100000, 0);
+  std::fill(full.begin() + 70000, full.begin() + 71000, std::numeric_limits<std::int64_t>::max());
+  CHECK_THROWS_WITH_AS(add_discrete_gaussian(full, s2, NoiseKey::fixed(2), 0, 0, 4),
+                       doctest::Contains("leaves the int64 range"), dpg::Error);
 }

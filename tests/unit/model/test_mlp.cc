@@ -222,6 +222,23 @@ TEST_CASE("mlp: row-exact values do not depend on the rest of the batch") {
   }
 }
 
+TEST_CASE("mlp: the grid sum is the same on one thread and on several") {
+  // Row-exact products and the grid's integer sums share rows out among the BLAS threads.
+  const MlpSpec spec{784, {256}, 10, Activation::relu};
+  Mlp m(spec, 13);
+  const Batch b = random_batch(spec, 700, 14);
+  std::vector<std::size_t> rows(700);
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = i;
+  std::vector<std::vector<std::int64_t>> sums;
+  for (int threads : {1, 2, 3}) {
+    dpg::model::set_blas_threads(threads);
+    sums.push_back(grid_sum(m, b, rows, true));
+  }
+  dpg::model::set_blas_threads(1);
+  CHECK(sums[1] == sums[0]);
+  CHECK(sums[2] == sums[0]);
+}
+
 TEST_CASE("mlp: row-exact values are the GEMMs' to float rounding") {
   MlpSpec spec{50, {40, 30}, 7, Activation::tanh};
   Mlp m(spec, 4);
