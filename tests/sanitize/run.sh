@@ -71,7 +71,7 @@ case "$mode" in
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp:log_path=$reports/tsan"
     tests=(unit_net unit_tcp unit_shm unit_collective unit_service unit_groups unit_dataparallel unit_gossip
            unit_algorithms unit_algo_ad_psgd unit_algo_partial unit_algo_ps unit_algo_local_sgd
-           unit_algo_bucket unit_status)
+           unit_algo_bucket unit_status unit_model unit_dpsgd)
     # ThreadSanitizer runs instrumented code 5-15x slower.
     multiplier=5
     targets=(tests/unit/net/test_net tests/unit/tcp/test_tcp tests/unit/shm/test_shm
@@ -81,7 +81,8 @@ case "$mode" in
              tests/unit/train/test_algorithms tests/unit/train/test_algo_ad_psgd
              tests/unit/train/test_algo_partial
              tests/unit/train/test_algo_ps tests/unit/train/test_algo_local_sgd
-             tests/unit/train/test_algo_bucket tests/unit/status/test_status)
+             tests/unit/train/test_algo_bucket tests/unit/status/test_status
+             tests/unit/model/test_model tests/unit/dpsgd/test_dpsgd)
     ;;
 esac
 
