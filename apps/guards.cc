@@ -1,7 +1,5 @@
 #include "apps/guards.h"
 #include "apps/peer_memory.h"
-#include "runtime/model/mlp.h"
-#include "runtime/train/run_state.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,6 +13,8 @@
 #include <system_error>
 
 #include "runtime/core/error.h"
+#include "runtime/model/mlp.h"
+#include "runtime/train/run_state.h"
 
 namespace dpg::app {
 namespace {
