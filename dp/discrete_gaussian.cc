@@ -6,6 +6,7 @@
 #include <exception>
 #include <limits>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -169,7 +170,13 @@ void add_discrete_gaussian(std::span<std::int64_t> out, std::uint64_t sigma2, co
         errors[k] = std::current_exception();
       }
     };
-    for (std::size_t k = 0; k + 1 < parts; ++k) helpers.emplace_back(part, k);
+    for (std::size_t k = 0; k + 1 < parts; ++k) {
+      try {
+        helpers.emplace_back(part, k);
+      } catch (const std::system_error&) {
+        part(k);  // no thread to be had: this one draws it
+      }
+    }
     part(parts - 1);
     for (auto& h : helpers) h.join();
     for (const auto& e : errors) {

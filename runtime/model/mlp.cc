@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <system_error>
 #include <thread>
 
 #include "runtime/core/check.h"
@@ -264,9 +265,14 @@ void Mlp::add_weight_rows_on_grid(Workspace& ws, int l, int row_begin, int row_e
     const int each = (row_end - row_begin + threads - 1) / threads;
     std::vector<std::thread> helpers;
     for (int b = row_begin + each; b < row_end; b += each) {
-      helpers.emplace_back([this, &ws, l, b, each, row_end, to_grid, grid_out] {
+      const auto job = [this, &ws, l, b, each, row_end, to_grid, grid_out] {
         grid_rows(ws, l, b, std::min(row_end, b + each), to_grid, grid_out);
-      });
+      };
+      try {
+        helpers.emplace_back(job);
+      } catch (const std::system_error&) {
+        job();  // no thread to be had: this one sums them
+      }
     }
     grid_rows(ws, l, row_begin, row_begin + each, to_grid, grid_out);
     for (auto& h : helpers) h.join();
