@@ -13,8 +13,6 @@
 #include <system_error>
 
 #include "runtime/core/error.h"
-#include "runtime/model/mlp.h"
-#include "runtime/train/run_state.h"
 
 namespace dpg::app {
 namespace {
@@ -97,13 +95,9 @@ void append_checked(const std::string& path, const std::string& text, const std:
 std::uint64_t estimate_train_bytes(const TrainConfig& c, std::uint64_t features, std::uint64_t classes,
                                    std::uint64_t data_bytes, int world) {
   const double batch = std::ceil(c.batch_size / std::max(world, 1));
-  const model::MlpSpec spec{.inputs = static_cast<int>(std::min<std::uint64_t>(features, 1u << 30)),
-                            .hidden = c.hidden,
-                            .classes = static_cast<int>(std::min<std::uint64_t>(classes, 1u << 30))};
-  const auto pass_rows = static_cast<double>(train::physical_rows(c, spec));
   const double bytes = model_and_step_bytes(static_cast<double>(features),
                                             static_cast<double>(classes), c.hidden, batch,
-                                            pass_rows) +
+                                            pass_rows_for(c, features, classes)) +
                        static_cast<double>(data_bytes);
   if (!(bytes < 1.8e19)) return std::numeric_limits<std::uint64_t>::max();
   return static_cast<std::uint64_t>(bytes);

@@ -46,6 +46,13 @@ double model_and_step_bytes(double cols, double classes, const std::vector<int>&
   return kModelCopies * params * floats + step;
 }
 
+double pass_rows_for(const TrainConfig& c, std::uint64_t cols, std::uint64_t classes) {
+  const model::MlpSpec spec{.inputs = static_cast<int>(std::min<std::uint64_t>(cols, 1u << 30)),
+                            .hidden = c.hidden,
+                            .classes = static_cast<int>(std::min<std::uint64_t>(classes, 1u << 30))};
+  return static_cast<double>(train::physical_rows(c, spec));
+}
+
 std::uint64_t estimate_peer_bytes(const PeerShape& s, int local_peers) {
   const double data = static_cast<double>(s.train_rows + s.eval_rows) *
                       (static_cast<double>(s.cols) + 1) * 4.0;
@@ -86,12 +93,10 @@ PeerShape train_shape(const std::vector<std::string>& args, int world) {
     s.classes = m.at("num_classes").get<std::uint64_t>();
     s.batch = s.batch * kept / std::max(1.0, rows);  // this peer's expected batch
     TrainConfig pass;  // virtual batches
+    pass.hidden = s.hidden;
     if (auto v = flag_value(args, "--physical-batch"); !v.empty()) pass.physical_batch = std::stoll(v);
     if (auto v = flag_value(args, "--batch-memory"); !v.empty()) pass.batch_memory_mib = std::stod(v);
-    const model::MlpSpec spec{.inputs = static_cast<int>(std::min<std::uint64_t>(s.cols, 1u << 30)),
-                              .hidden = s.hidden,
-                              .classes = static_cast<int>(std::min<std::uint64_t>(s.classes, 1u << 30))};
-    s.pass_rows = static_cast<double>(train::physical_rows(pass, spec));
+    s.pass_rows = pass_rows_for(pass, s.cols, s.classes);
   } catch (const std::exception&) {
     // No folder yet (train prepares it), or flags train itself will refuse: the process alone.
     s.train_rows = s.eval_rows = s.cols = 0;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/train_config.h"
+
 namespace dpg::app {
 
 struct PeerShape {
@@ -32,6 +34,10 @@ std::uint64_t estimate_peer_bytes(const PeerShape& shape, int local_peers);
 // --batch-memory). In doubles, saturating: a hostile size is a large figure, never a wrapped one.
 double model_and_step_bytes(double cols, double classes, const std::vector<int>& hidden,
                             double batch, double pass_rows = 0);
+
+// The rows one pass holds under virtual batches (train::physical_rows: c's physical_batch and
+// batch_memory_mib) for c's MLP on `cols` features and `classes` classes; 0: the whole batch.
+double pass_rows_for(const TrainConfig& c, std::uint64_t cols, std::uint64_t classes);
 
 // The shape of command `args` (what follows `launch ... --`) for `world` peers: its --data
 // folder's manifest (the default folder when not given), --batch-size, --hidden,

@@ -12,8 +12,9 @@ namespace dpg::model::row_exact {
 namespace {
 
 // A tile of the product: kRows rows by kCols outputs, whose sums stay in registers while the k
-// products pass (6 x 64 floats: 24 AVX-512 registers, with 4 more for a row of b; 1.7x faster
-// than 4 x 64 here). Only the speed depends on these: every output is its own chain of fmas.
+// products pass (6 x 64 floats: 24 AVX-512 registers, with 4 more for a row of b, each value of
+// which serves all six rows). Only the speed depends on these: every output is its own chain of
+// fmas.
 constexpr std::size_t kRows = 6;
 constexpr std::size_t kCols = 64;
 

@@ -4,11 +4,11 @@
 #include <exception>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "runtime/core/range.h"
 #include "runtime/model/blas_threads.h"
 #include "runtime/train/run_state.h"
 
@@ -200,11 +200,10 @@ void check_run(const RunInputs& in) {
     refuse("train: rank " + std::to_string(rank_of(in)) + "'s training shard is empty");
   }
   if (c.batch_memory_mib > 0 && physical_rows(c, spec_for(c, in.data.train)) == 0) {
-    std::ostringstream why;
-    why << "/batch_memory_mib: " << c.batch_memory_mib << " MiB holds no row of this model's "
-        << "pass (one row takes " << std::llround(pass_row_bytes(spec_for(c, in.data.train)))
-        << " bytes); give more, or 0 for no cap";
-    refuse(why.str());
+    refuse("/batch_memory_mib: " + number_text(c.batch_memory_mib) + " MiB holds no row of this "
+           "model's pass (one row takes " +
+           std::to_string(std::llround(pass_row_bytes(spec_for(c, in.data.train)))) +
+           " bytes); give more, or 0 for no cap");
   }
   if (in.config.eval_split == EvalSplit::validation && in.data.validation.rows == 0) {
     refuse("/eval_split: the data folder " + in.config.data +

@@ -6,10 +6,10 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
-#include <sstream>
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "runtime/core/range.h"
 #include "runtime/model/mlp.h"
 #include "runtime/train/algorithm.h"
 #include "runtime/train/evaluate.h"
@@ -19,13 +19,6 @@ namespace dpg::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// "0.01", "64": a MiB figure as the flag would take it.
-std::string text_of_mib(double mib) {
-  std::ostringstream o;
-  o << mib;
-  return o.str();
-}
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -115,12 +108,11 @@ void Trainer::log_start() const {
                                                   : ", noise seed secret (OS entropy)"));
   if (state_ && state_->pass_rows > 0) {
     const std::size_t rows = state_->pass_rows;
-    const bool by_memory = rows != static_cast<std::size_t>(c.physical_batch);
-    DPG_INFO("train: virtual batches of at most "
-             << rows << " examples a pass"
-             << (by_memory ? " (what --batch-memory " : "")
-             << (by_memory ? text_of_mib(c.batch_memory_mib) : "")
-             << (by_memory ? " MiB holds)" : "")
+    const std::string cap = rows == static_cast<std::size_t>(c.physical_batch)
+                                ? ""
+                                : " (what --batch-memory " + number_text(c.batch_memory_mib) +
+                                      " MiB holds)";
+    DPG_INFO("train: virtual batches of at most " << rows << " examples a pass" << cap
              << ": their clipped sums add up, noised once a step");
   }
   if (c.dp && c.sampling != Sampling::poisson) {

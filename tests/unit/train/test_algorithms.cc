@@ -90,7 +90,7 @@ TEST_CASE("virtual batches: every algorithm trains with --physical-batch, as in 
     TrainConfig c = small_config(std::string(name));
     if (c.algo == Algo::single) continue;  // one peer: the same step as allreduce among one
     const bool graph = train::algo_info(c.algo).uses_graph;
-    const bool exact = c.algo == Algo::allreduce || c.algo == Algo::gossip ||
+    const bool synchronous = c.algo == Algo::allreduce || c.algo == Algo::gossip ||
                        c.algo == Algo::local_sgd || c.algo == Algo::ps_sync;
     auto run = [&](long long physical, long long bucket) {
       c.physical_batch = physical;
@@ -102,7 +102,7 @@ TEST_CASE("virtual batches: every algorithm trains with --physical-batch, as in 
       const auto pieces = run(13, bucket);
       for (const auto& p : pieces) REQUIRE(p.error == "");
       CHECK(pieces[0].summary.test_accuracy > 0.8);
-      if (!exact) continue;
+      if (!synchronous) continue;
       const auto whole = run(0, bucket);
       for (std::size_t r = 0; r < whole.size(); ++r) {
         CHECK(test::max_abs_diff(pieces[r].params, whole[r].params) <=
