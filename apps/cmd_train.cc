@@ -468,6 +468,8 @@ void run_train(const CLI::App& cmd, const TrainFlags& flags) {
   in.slowdown = slowdown;
   in.hooks.stop = &g_stop_requested;
   const bool reporter = peers.rank == 0;
+  // Rank 0 writes the lines; a traced peer's timeline also carries its epsilon as it goes.
+  in.reports_read = reporter || !c.trace.empty();
   if (status || feed) {
     in.hooks.step = [&status, &feed](long long t, std::span<const float>) {
       if (status) status->board().on_step(t);

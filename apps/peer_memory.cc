@@ -16,15 +16,18 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 // Measured (docs/BENCHMARKS.md, "A peer's memory"): a peer's private memory with a tiny data set
-// and model (its heap, the accountant's working grids for a plan of local noise, its threads'
-// stacks, the transport's buffers), and the program's and libraries' pages it shares with the
+// and model (its heap, its threads' stacks, the transport's buffers, the accountant's work for
+// the plan's check and its ledger), and the program's and libraries' pages it shares with the
 // other peers of the machine.
-constexpr double kPrivateBytes = 40 * kMiB;
+constexpr double kPrivateBytes = 18 * kMiB;
 constexpr double kSharedBytes = 12 * kMiB;
+// Rank 0 alone calibrates the noise and makes the accountant's figures of the run's lines
+// (the other peers' lines are not read: RunInputs::reports_read), keeping FFTW's plans and
+// buffers for the next: once a run, counted on every machine's launch (only one holds rank 0).
+constexpr double kReportBytes = 12 * kMiB;
 // The plan of a summed release with distributed noise also accounts each peer's messages at the
-// per-peer noise, whose privacy loss distribution spans a wider grid: up to dp/pld.h's
-// kPldMaxPoints window, measured at about 36 MiB more at its peak.
-constexpr double kDistributedPlanBytes = 36 * kMiB;
+// per-peer noise, whose privacy loss distribution spans a wider grid: on rank 0 again.
+constexpr double kDistributedPlanBytes = 12 * kMiB;
 // Copies of the parameters a peer holds at once (the model, the gradient, the momentum, the
 // average, the neighbours' models or the reduction's buffers, the messages), rounded up.
 constexpr double kModelCopies = 16;
@@ -56,8 +59,8 @@ double pass_rows_for(const TrainConfig& c, std::uint64_t cols, std::uint64_t cla
 std::uint64_t estimate_peer_bytes(const PeerShape& s, int local_peers) {
   const double data = static_cast<double>(s.train_rows + s.eval_rows) *
                       (static_cast<double>(s.cols) + 1) * 4.0;
-  const double total = kPrivateBytes + kSharedBytes / std::max(1, local_peers) +
-                       (s.distributed_plan ? kDistributedPlanBytes : 0) + data +
+  const double once = kSharedBytes + kReportBytes + (s.distributed_plan ? kDistributedPlanBytes : 0);
+  const double total = kPrivateBytes + once / std::max(1, local_peers) + data +
                        model_and_step_bytes(static_cast<double>(s.cols),
                                             static_cast<double>(s.classes), s.hidden, s.batch,
                                             s.pass_rows);

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <complex>
 #include <limits>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -122,34 +121,68 @@ template <class T> struct FftwBuffer {
 
 // The transforms' buffers in one precision, kept by each thread for its later calls: touching
 // fresh pages costs more than the transforms themselves (measured: 7 ms against 1 ms for 2^17
-// points). They only grow, to at most the largest window the thread has composed (max_points:
-// about 50 MiB in double, 64 MiB more where long double was used).
+// points). They only grow, to at most the largest window the thread has composed (max_points),
+// until pld_release_memory() hands them back.
 template <class F> struct Buffers {
   std::unique_ptr<FftwBuffer<F>> real;                    // a step's PMF folded; the composition
   std::unique_ptr<FftwBuffer<std::complex<F>>> spectrum;  // its transform
   void reserve(std::size_t n) {
     if (real && real->size >= n) return;
+    real.reset();  // the old buffers go before the new ones are made: never both at once
+    spectrum.reset();
     real = std::make_unique<FftwBuffer<F>>(n);
     spectrum = std::make_unique<FftwBuffer<std::complex<F>>>(n / 2 + 1);
   }
 };
+// The composition's transform (`product`, in double for the inverse) is the double buffers'
+// spectrum itself wherever that is free: with one distinct mechanism in double (the spectrum is
+// raised to its power in place) and whenever the forward transforms are in long double (the
+// double spectrum is not used by them). Only several mechanisms in double need a buffer of its
+// own. So a thread composing one mechanism holds two arrays of the window's length, not three.
 struct Workspace {
   Buffers<double> plain;
   Buffers<long double> extended;  // the forward transforms below kPldLongDoubleBelow
-  std::unique_ptr<FftwBuffer<std::complex<double>>> product;  // the composition's transform
+  std::unique_ptr<FftwBuffer<std::complex<double>>> separate;  // the product, where it must be
+  std::complex<double>* product(std::size_t n, std::size_t groups, bool with_extended) {
+    if (with_extended || groups == 1) return plain.spectrum->data;
+    if (!separate || separate->size < n / 2 + 1) {
+      separate.reset();
+      separate = std::make_unique<FftwBuffer<std::complex<double>>>(n / 2 + 1);
+    }
+    return separate->data;
+  }
   void reserve(std::size_t n, bool with_extended) {
     plain.reserve(n);
     if (with_extended) extended.reserve(n);
-    if (!product || product->size < n / 2 + 1)
-      product = std::make_unique<FftwBuffer<std::complex<double>>>(n / 2 + 1);
   }
 };
+// Each thread's, made at its first composition.
+std::unique_ptr<Workspace>& thread_workspace() {
+  thread_local std::unique_ptr<Workspace> workspace;
+  return workspace;
+}
 
-// A plan owned: destroyed with the table of plans at exit, so that what FFTW allocated for it is
-// returned (LeakSanitizer, tests/sanitize/run.sh, counts an undestroyed plan as a leak).
+// FFTW's planner is not thread-safe (executing a plan is): making and destroying plans is
+// serialised by this mutex, recursive so that a plan released while it is held (an evicted
+// length, below) can take it again to be destroyed.
+std::recursive_mutex& planner_mutex() {
+  static std::recursive_mutex mutex;
+  return mutex;
+}
+
+// A plan owned: destroyed, under the planner's mutex, when its last holder lets it go (an
+// evicted length once no thread is transforming with it, or the table at exit), so that what
+// FFTW allocated for it is returned (LeakSanitizer, tests/sanitize/run.sh, counts an undestroyed
+// plan as a leak).
 struct DestroyPlan {
-  void operator()(fftw_plan p) const { fftw().destroy_plan(p); }
-  void operator()(fftwl_plan p) const { fftw().destroy_plan_long(p); }
+  void operator()(fftw_plan p) const {
+    std::lock_guard lock(planner_mutex());
+    fftw().destroy_plan(p);
+  }
+  void operator()(fftwl_plan p) const {
+    std::lock_guard lock(planner_mutex());
+    fftw().destroy_plan_long(p);
+  }
 };
 using Plan = std::unique_ptr<std::remove_pointer_t<fftw_plan>, DestroyPlan>;
 using LongPlan = std::unique_ptr<std::remove_pointer_t<fftwl_plan>, DestroyPlan>;
@@ -165,34 +198,58 @@ struct Transforms {
   LongPlan forward_long;  // real n -> complex n/2 + 1 in long double, or null until asked for
 };
 
-// The plans for length n, made once per length and kept for the process: FFTW's planner is not
-// thread-safe (executing a plan on new arrays is), so planning is serialised here. Lengths come
-// from fft_length, so at most two per power of two up to max_points are ever kept.
-const Transforms& transforms(std::size_t n, bool with_long) {
-  static std::mutex mutex;
-  static std::map<std::size_t, Transforms> plans;
-  std::lock_guard lock(mutex);
+// How many transform lengths keep their plans. A plan holds FFTW's twiddle factors, about 4n
+// bytes for each direction (8 MiB for the pair at n = 2^19, more than the transforms' buffers
+// at that length), and making one costs 10-60 ms, ten times a transform. A run's reports ask
+// for two lengths at a time (the two directions; four where the messages' account differs) whose
+// windows grow slowly with the steps, so the lengths used most recently are the ones asked for
+// next; the earlier, shorter ones (and a calibration's trials) would otherwise be kept for the
+// process's life, a length per step of the window's growth.
+constexpr std::size_t kPlannedLengths = 4;
+
+// The plans for length n, made when first asked for (again after an eviction) and shared with
+// the callers that hold them: the least recently used of more than kPlannedLengths lengths is
+// dropped from the table, and destroyed once no thread is transforming with it.
+struct PlanEntry {
+  std::size_t n;
+  std::shared_ptr<Transforms> plans;
+};
+// The table of plans, most recently used first. The mutex is made before the table, so that it
+// outlives the table's destruction at exit (which destroys the plans under it).
+std::vector<PlanEntry>& plan_table() {
+  planner_mutex();
+  static std::vector<PlanEntry> table;
+  return table;
+}
+
+std::shared_ptr<Transforms> transforms(std::size_t n, bool with_long) {
+  std::vector<PlanEntry>& table = plan_table();
+  std::lock_guard lock(planner_mutex());
   const int len = static_cast<int>(n);
-  auto it = plans.find(n);
-  if (it == plans.end()) {
+  auto it = std::find_if(table.begin(), table.end(), [n](const PlanEntry& e) { return e.n == n; });
+  if (it != table.end()) {
+    std::rotate(table.begin(), it, it + 1);
+  } else {
     FftwBuffer<double> real(n);
     FftwBuffer<fftw_complex> spectrum(n / 2 + 1);
-    Transforms t{Plan(fftw().plan_r2c(len, real.data, spectrum.data, FFTW_ESTIMATE)),
-                 Plan(fftw().plan_c2r(len, spectrum.data, real.data, FFTW_ESTIMATE)), {}};
-    if (!t.forward || !t.inverse)
+    auto t = std::make_shared<Transforms>();
+    t->forward = Plan(fftw().plan_r2c(len, real.data, spectrum.data, FFTW_ESTIMATE));
+    t->inverse = Plan(fftw().plan_c2r(len, spectrum.data, real.data, FFTW_ESTIMATE));
+    if (!t->forward || !t->inverse)
       fail(Code::internal, "FFTW could not plan a transform of length " + std::to_string(n));
-    it = plans.emplace(n, std::move(t)).first;
+    table.insert(table.begin(), PlanEntry{n, std::move(t)});
+    if (table.size() > kPlannedLengths) table.pop_back();
   }
-  if (with_long && !it->second.forward_long) {
+  Transforms& t = *table.front().plans;
+  if (with_long && !t.forward_long) {
     FftwBuffer<long double> real(n);
     FftwBuffer<fftwl_complex> spectrum(n / 2 + 1);
-    it->second.forward_long =
-        LongPlan(fftw().plan_r2c_long(len, real.data, spectrum.data, FFTW_ESTIMATE));
-    if (!it->second.forward_long)
+    t.forward_long = LongPlan(fftw().plan_r2c_long(len, real.data, spectrum.data, FFTW_ESTIMATE));
+    if (!t.forward_long)
       fail(Code::internal, "FFTW could not plan a long double transform of length " +
                                std::to_string(n));
   }
-  return it->second;
+  return table.front().plans;
 }
 
 void forward(const Transforms& t, double* in, std::complex<double>* out) {
@@ -218,10 +275,15 @@ template <class F> std::complex<F> power(std::complex<F> z, long long n) {
   return r;
 }
 
-// One direction's composed PMF on the grid, and the interval it was computed at.
+// One direction's composed PMF on the grid (probability probs[i] at loss (offset + i) *
+// interval, plus `infinity` at +inf), and the interval it was computed at. The probabilities lie
+// in the thread's workspace, where the inverse transform left them: valid until the thread's
+// next composition.
 struct Composed {
-  GridPmf pmf;
-  double interval;
+  long long offset = 0;
+  std::span<const double> probs;
+  double infinity = 0;
+  double interval = 0;
 };
 
 // Chernoff orders lambda = +-2^k (per unit of loss), k = kMinOrder..kMaxOrder: the best order
@@ -269,14 +331,19 @@ StepPmf make_step_pmf(const StepLoss& loss, bool pessimistic, double interval) {
 // The one-step PMFs a thread made last, reused: a training run asks for the same two or four
 // after every epoch, and building one is half the cost of an evaluation. The cache only saves
 // work: an entry is exactly what make_step_pmf would return again.
+struct CachedPmf {
+  double q, sigma, interval;
+  Direction dir;
+  bool pessimistic;
+  std::shared_ptr<const StepPmf> pmf;
+};
+std::vector<CachedPmf>& thread_pmfs() {
+  thread_local std::vector<CachedPmf> cache;
+  return cache;
+}
+
 std::shared_ptr<const StepPmf> step_pmf(const PoissonGaussian& g, Direction dir, bool pessimistic,
                                         double interval) {
-  struct Entry {
-    double q, sigma, interval;
-    Direction dir;
-    bool pessimistic;
-    std::shared_ptr<const StepPmf> pmf;
-  };
   // At most four entries (a report's two directions for the data and two for the messages) and
   // 2^20 points in all (8 MiB): a pathological sigma's PMF of up to max_points is used and
   // dropped rather than kept, and a calibration's trial sigmas, each used once, hold no more
@@ -284,9 +351,9 @@ std::shared_ptr<const StepPmf> step_pmf(const PoissonGaussian& g, Direction dir,
   // memory").
   constexpr std::size_t kEntries = 4;
   constexpr std::size_t kPoints = std::size_t{1} << 20;
-  thread_local std::vector<Entry> cache;
+  std::vector<CachedPmf>& cache = thread_pmfs();
   for (std::size_t i = 0; i < cache.size(); ++i) {
-    const Entry& e = cache[i];
+    const CachedPmf& e = cache[i];
     if (e.q == g.q && e.sigma == g.sigma && e.interval == interval && e.dir == dir &&
         e.pessimistic == pessimistic) {
       std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
@@ -296,7 +363,7 @@ std::shared_ptr<const StepPmf> step_pmf(const PoissonGaussian& g, Direction dir,
   }
   auto made = std::make_shared<const StepPmf>(
       make_step_pmf(StepLoss(g.q, g.sigma, dir), pessimistic, interval));
-  cache.insert(cache.begin(), Entry{g.q, g.sigma, interval, dir, pessimistic, made});
+  cache.insert(cache.begin(), CachedPmf{g.q, g.sigma, interval, dir, pessimistic, made});
   std::size_t points = 0;
   for (std::size_t i = 0; i < cache.size(); ++i) {
     points += cache[i].pmf->pmf.probs.size();
@@ -335,10 +402,12 @@ Window chernoff_window(const std::vector<std::shared_ptr<const StepPmf>>& pmfs,
   return w;
 }
 
-// Multiplies `product` by the transform of `pmf` raised to `steps`, both taken in F.
+// Multiplies `product` by the transform of `pmf` raised to `steps`, both taken in F; the first
+// group's power is written into `product` instead (what a product of ones times it gives), which
+// lets `product` be the spectrum itself.
 template <class F>
 void multiply_power(const Transforms& plan, Buffers<F>& b, std::size_t n, const GridPmf& pmf,
-                    long long steps, std::complex<double>* product) {
+                    long long steps, bool first, std::complex<double>* product) {
   F* folded = b.real->data;
   std::complex<F>* spectrum = b.spectrum->data;
   // Fold the PMF modulo n: the transform is circular, so this changes nothing that the circular
@@ -351,65 +420,73 @@ void multiply_power(const Transforms& plan, Buffers<F>& b, std::size_t n, const 
   // check saves most of the squarings.
   const F negligible = std::exp(F(-2 * 745.0) / static_cast<F>(steps));
   for (std::size_t k = 0; k < n / 2 + 1; ++k) {
-    if (product[k] == 0.0) continue;
+    if (!first && product[k] == 0.0) continue;
     if (std::norm(spectrum[k]) < negligible) {
       product[k] = 0.0;
       continue;
     }
     const std::complex<F> pf = power(spectrum[k], steps);
     const std::complex<double> p(static_cast<double>(pf.real()), static_cast<double>(pf.imag()));
+    if (first) {
+      product[k] = p;
+      continue;
+    }
     product[k] = {product[k].real() * p.real() - product[k].imag() * p.imag(),
                   product[k].real() * p.imag() + product[k].imag() * p.real()};
   }
 }
 
 // The pmfs of `groups` composed, each `steps` times, at `interval`, their forward transforms in
-// long double when `extended`; empty probs when the window would exceed max_points (the caller
-// coarsens).
-GridPmf compose(const std::vector<std::shared_ptr<const StepPmf>>& steps_pmfs,
-                const std::vector<long long>& steps, double interval, const PldOptions& o,
-                bool pessimistic, bool extended, double* window_points) {
+// long double when `extended`, into `out`; false when the window would exceed max_points (the
+// caller coarsens).
+bool compose(const std::vector<std::shared_ptr<const StepPmf>>& steps_pmfs,
+             const std::vector<long long>& steps, double interval, const PldOptions& o,
+             bool pessimistic, bool extended, double* window_points, Composed& out) {
   const Window w = chernoff_window(steps_pmfs, steps, interval, o.tail_mass);
   *window_points = w.upper - w.lower + 1;
-  GridPmf out;
-  if (*window_points > static_cast<double>(o.max_points)) return out;
+  if (*window_points > static_cast<double>(o.max_points)) return false;
   const std::size_t width = static_cast<std::size_t>(*window_points);
   const std::size_t n = fft_length(width);
-  const Transforms& plan = transforms(n, extended);
-  thread_local Workspace workspace;
+  const std::shared_ptr<Transforms> held_plans = transforms(n, extended);
+  const Transforms& plan = *held_plans;
+  std::unique_ptr<Workspace>& held = thread_workspace();
+  if (!held) held = std::make_unique<Workspace>();
+  Workspace& workspace = *held;
   workspace.reserve(n, extended);
-  std::complex<double>* product = workspace.product->data;
-  std::fill(product, product + n / 2 + 1, std::complex<double>(1.0));
+  std::complex<double>* product = workspace.product(n, steps_pmfs.size(), extended);
   double log_no_infinity = 0;  // log P(no step's loss is +inf)
   long long offset = 0;
   for (std::size_t g = 0; g < steps_pmfs.size(); ++g) {
     const GridPmf& pmf = steps_pmfs[g]->pmf;
-    if (extended) multiply_power(plan, workspace.extended, n, pmf, steps[g], product);
-    else multiply_power(plan, workspace.plain, n, pmf, steps[g], product);
+    if (extended) multiply_power(plan, workspace.extended, n, pmf, steps[g], g == 0, product);
+    else multiply_power(plan, workspace.plain, n, pmf, steps[g], g == 0, product);
     log_no_infinity += static_cast<double>(steps[g]) * std::log1p(-pmf.infinity);
     offset += steps[g] * pmf.offset;
   }
   double* real = workspace.plain.real->data;
   fftw().execute_c2r(plan.inverse.get(), reinterpret_cast<fftw_complex*>(product), real);
-  // Sums outside the window fold into it (at most tail_mass in all); take the window.
+  // Sums outside the window fold into it (at most tail_mass in all); take the window, in place:
+  // turned so that it starts at the buffer's start (the window's lower end, modulo n), then
+  // scaled.
   const long long lower = static_cast<long long>(w.lower);
   out.offset = offset + lower;
-  out.probs.resize(width);
+  std::rotate(real, real + static_cast<std::size_t>(lower) % n, real + n);
   const double scale = 1.0 / static_cast<double>(n);
   double total = 0;
   for (std::size_t j = 0; j < width; ++j) {
-    const std::size_t at = static_cast<std::size_t>(lower + static_cast<long long>(j)) % n;
-    out.probs[j] = std::max(real[at] * scale, 0.0);  // FFT rounding leaves about -1e-17
-    total += real[at];
+    total += real[j];
+    real[j] = std::max(real[j] * scale, 0.0);  // FFT rounding leaves about -1e-17
   }
+  out.probs = std::span<const double>(real, width);
   out.infinity = -std::expm1(log_no_infinity) + (pessimistic ? o.tail_mass : 0.0);
+  out.interval = interval;
   // A NaN anywhere in a step's PMF spreads to every point through the transforms, and then every
   // comparison in epsilon_of is false: it would report epsilon 0. Never silently.
   if (!std::isfinite(total) || !std::isfinite(out.infinity)) {
     fail(Code::internal, "PLD: the composed distribution is not finite (interval " +
                              str(interval) + "); please report the history that gave it");
   }
-  return out;
+  return true;
 }
 
 // One direction of `groups` composed, at the options' interval or the smallest power-of-two
@@ -428,8 +505,9 @@ Composed compose_direction(const std::vector<PoissonGaussian>& groups, Direction
   for (const PoissonGaussian& g : groups) {
     const StepLoss loss(g.q, g.sigma, dir_of(g));
     if (!std::isfinite(loss.loss_at_lower_x()) || !std::isfinite(loss.loss_at_upper_x())) {
-      Composed all_infinite{GridPmf{}, o.interval};
-      all_infinite.pmf.infinity = 1.0;
+      Composed all_infinite;
+      all_infinite.infinity = 1.0;
+      all_infinite.interval = o.interval;
       return all_infinite;
     }
   }
@@ -448,8 +526,8 @@ Composed compose_direction(const std::vector<PoissonGaussian>& groups, Direction
     for (const PoissonGaussian& g : groups)
       pmfs.push_back(step_pmf(g, dir_of(g), pessimistic, interval));
     double window = 0;
-    GridPmf pmf = compose(pmfs, steps, interval, o, pessimistic, extended, &window);
-    if (!pmf.probs.empty()) return {std::move(pmf), interval};
+    Composed c;
+    if (compose(pmfs, steps, interval, o, pessimistic, extended, &window, c)) return c;
     // The window scales as 1 / interval: coarsen by the power of two that brings it under.
     interval *= std::exp2(std::ceil(std::log2(window / static_cast<double>(o.max_points))));
   }
@@ -460,10 +538,9 @@ Composed compose_direction(const std::vector<PoissonGaussian>& groups, Direction
 //   delta(eps) = infinity + sum_{l_j > eps} p_j (1 - e^{eps - l_j})
 // is A - e^{eps - r} B with A the mass above eps and B = sum p_j e^{r - l_j} kept relative to
 // the lowest included loss r (so that nothing overflows for losses in the thousands).
-double epsilon_of(const Composed& c, double delta) {
-  const GridPmf& f = c.pmf;
+double epsilon_of(const Composed& f, double delta) {
   if (f.infinity > delta) return kInf;
-  const double h = c.interval;
+  const double h = f.interval;
   double mass = f.infinity, weighted = 0;
   for (std::size_t j = f.probs.size(); j-- > 0;) {
     const double loss = static_cast<double>(f.offset + static_cast<long long>(j)) * h;
@@ -479,10 +556,10 @@ double epsilon_of(const Composed& c, double delta) {
 }
 
 double delta_of(const Composed& c, double eps) {
-  double d = c.pmf.infinity;
-  for (std::size_t j = 0; j < c.pmf.probs.size(); ++j) {
-    const double loss = static_cast<double>(c.pmf.offset + static_cast<long long>(j)) * c.interval;
-    if (loss > eps) d += c.pmf.probs[j] * -std::expm1(eps - loss);
+  double d = c.infinity;
+  for (std::size_t j = 0; j < c.probs.size(); ++j) {
+    const double loss = static_cast<double>(c.offset + static_cast<long long>(j)) * c.interval;
+    if (loss > eps) d += c.probs[j] * -std::expm1(eps - loss);
   }
   return std::min(d, 1.0);
 }
@@ -538,6 +615,16 @@ PldResult pld_delta(std::span<const PoissonGaussian> history, double epsilon, Pl
   if (r.value < kPldLongDoubleBelow) r = worst_direction(history, estimate, true, options, delta_at);
   if (estimate == PldEstimate::optimistic) r.value = std::max(r.value - options.tail_mass, 0.0);
   return r;
+}
+
+void pld_release_memory() {
+  thread_workspace().reset();
+  std::vector<CachedPmf>().swap(thread_pmfs());
+  std::vector<PlanEntry> dropped;  // destroyed after the lock, each plan once no thread uses it
+  {
+    std::lock_guard lock(planner_mutex());
+    dropped.swap(plan_table());
+  }
 }
 
 }  // namespace dpg::dp

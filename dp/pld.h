@@ -60,8 +60,9 @@
 //
 // Pure in what it returns: no I/O, and every result depends on the arguments only. It keeps
 // state that only saves work: FFTW's plans, one per transform length, made under a mutex (FFTW's
-// planner is not thread-safe; executing plans is), and per thread the transform buffers and the
-// last eight one-step PMFs (at most 2^21 points in all). Bad arguments throw
+// planner is not thread-safe; executing plans is), and per thread the transform buffers (two
+// arrays of the largest window for one distinct mechanism, three for several) and the last four
+// one-step PMFs (at most 2^20 points in all), until pld_release_memory(). Bad arguments throw
 // dpg::Error(Code::invalid_argument) naming the argument.
 #pragma once
 
@@ -84,8 +85,9 @@ struct PoissonGaussian {
 // evaluation of 586 or 2250 steps takes milliseconds once a process has made one, tens of
 // milliseconds the first time (FFTW's planning, first-touched buffers; docs/BENCHMARKS.md).
 inline constexpr double kPldDefaultInterval = 1e-4;
-// The most grid points held at once (one-step PMF or composed window): 2^21, so about 50 MiB
-// with the transforms' buffers, and 64 MiB more where a long double transform was used.
+// The most grid points held at once (one-step PMF or composed window): 2^21, so about 40 MiB
+// with the transforms' buffers for one distinct mechanism (56 MiB for several), and 64 MiB more
+// where a long double transform was used.
 inline constexpr std::size_t kPldMaxPoints = std::size_t{1} << 21;
 // The most steps the FFT's pointwise powers keep precise (see above).
 inline constexpr long long kPldMaxSteps = 1'000'000'000;
@@ -133,5 +135,12 @@ PldResult pld_epsilon(std::span<const PoissonGaussian> history, double delta, Pl
 // below kPldMinDelta is below what the accountant was checked at.
 PldResult pld_delta(std::span<const PoissonGaussian> history, double epsilon, PldEstimate estimate,
                     const PldOptions& options = {});
+
+// Hands back what is kept between evaluations only to save work: the calling thread's
+// transforms' buffers (up to two arrays of the largest window it composed) and last one-step
+// PMFs, and FFTW's plans (each destroyed once no thread is transforming with it). For a
+// process done accounting for a while: the next evaluation makes them again (a plan costs
+// about ten transforms).
+void pld_release_memory();
 
 }  // namespace dpg::dp

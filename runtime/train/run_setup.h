@@ -91,6 +91,12 @@ struct RunInputs {
   double rate_cap = 0;
   Backends backends;
   RunHooks hooks;
+  // Whether this peer's epoch and consensus lines and its summary are read (the app reads rank
+  // 0's alone). A peer whose lines nobody reads leaves their epsilons out (NaN), and its
+  // summary's too unless its ledger records them (checkpoint_dir): each is an accountant's
+  // figure, made every metrics_every steps, that takes milliseconds and, with PLD, megabytes
+  // of transforms.
+  bool reports_read = true;
 };
 
 // The one validation of a run's combination of settings, algorithm, backends, hooks and data

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <limits>
 
+#include "dp/pld.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/core/range.h"
@@ -64,6 +66,10 @@ Trainer::Trainer(RunInputs in) : in_(std::move(in)) {
   const log::RankScope scope(in_.comm ? rank() : -1);  // this thread acts for this rank (log.h)
   check_run(in_);
   plan_ = plan_run(in_);
+  // The plan's check composed the whole run's steps: a peer whose lines nobody reads asks the
+  // accountant nothing more until its end (and then only for its ledger), so the buffers and
+  // plans that check made go back. Rank 0's serve its reports.
+  if (!in_.reports_read) dp::pld_release_memory();
   release_free_memory();
 }
 
@@ -124,7 +130,7 @@ ConsensusReport Trainer::consensus_head(const RunState& s, long long round) cons
   ConsensusReport r;
   r.round = round;
   r.epoch = static_cast<double>(round) * plan_.q;
-  const Spent e = spent(s, round);
+  const Spent e = reported_spent(s, round);
   r.epsilon = e.model.epsilon;
   r.message_epsilon = e.messages;
   r.split = to_string(in_.config.eval_split);
@@ -174,6 +180,12 @@ Trainer::Spent Trainer::spent(const RunState& s, long long t) const {
   return {s.accountant.spent(in_.config.delta), s.message_accountant.spent(in_.config.delta).epsilon};
 }
 
+Trainer::Spent Trainer::reported_spent(const RunState& s, long long t) const {
+  if (in_.reports_read) return spent(s, t);
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  return {{none, none}, none};
+}
+
 EpochReport Trainer::evaluate_epoch(RunState& s, int epoch, long long t,
                                     const EpochTotals& totals) const {
   trace::Span span(in_.tracer, "eval", "eval");
@@ -190,7 +202,7 @@ EpochReport Trainer::evaluate_epoch(RunState& s, int epoch, long long t,
   r.split = to_string(in_.config.eval_split);
   r.test_accuracy = accuracy_of(ev);
   r.test_loss = loss_of(ev);
-  const Spent e = spent(s, t);
+  const Spent e = reported_spent(s, t);
   r.epsilon = e.model.epsilon;
   r.message_epsilon = e.messages;
   r.lr = s.lr;
@@ -448,15 +460,25 @@ TrainSummary Trainer::finish(Loop& loop) {
   const Progress& p = loop.p;
   TrainSummary& summary = loop.summary;
   const long long taken = p.step + summary.replay_charged_steps;
+  // The accountant's figures first, and what the accountant kept to make them sooner handed
+  // back, before the last evaluation's meeting: once past it the other peers may end, and a
+  // peer left alone holds the libraries' pages they shared (its proportional memory grows by
+  // them) while it ends. A peer whose lines nobody reads makes them only for its ledger.
+  const Spent e = checkpoints_ ? spent(s, taken) : reported_spent(s, taken);
+  summary.epsilon = e.model.epsilon;
+  summary.best_alpha = e.model.best_alpha;
+  summary.message_epsilon = e.messages;
+  if (plan_.release == dp::Release::own && world() > 1 && in_.reports_read) {
+    summary.peer_epsilons = s.rates.size() > 1 ? peer_epsilons_of(s.rates, taken)
+                                                : plan_.peer_epsilons_after(taken);
+  }
+  dp::pld_release_memory();
+  release_free_memory();
   pull_model(s, true);  // the model and optimiser params() and the caller see
   if (summary.stopped_at < 0) {
     s.algorithm->release(s.model.params(), s.released.params());
     summary.test_accuracy_last_iterate = accuracy_of(s.evaluator->shared(s.released, s.eval_ws));
   }
-  const Spent e = spent(s, taken);
-  summary.epsilon = e.model.epsilon;
-  summary.best_alpha = e.model.best_alpha;
-  summary.message_epsilon = e.messages;
   if (plan_.secure_aggregation) {
     summary.extra["peers_epsilon"] = e.messages;
     summary.extra["secure_aggregation"] = {{"grid_scale", plan_.secagg.grid_scale},
@@ -464,10 +486,6 @@ TrainSummary Trainer::finish(Loop& loop) {
                                            {"l1_sensitivity", plan_.secagg.l1},
                                            {"l2_sensitivity", plan_.secagg.l2},
                                            {"overflow_bound", plan_.secagg.overflow_bound}};
-  }
-  if (plan_.release == dp::Release::own && world() > 1) {
-    summary.peer_epsilons = s.rates.size() > 1 ? peer_epsilons_of(s.rates, taken)
-                                                : plan_.peer_epsilons_after(taken);
   }
   s.algorithm->annotate(summary.extra, p.step, true);
   summary.samples_per_second = throughput(static_cast<double>(p.samples), p.train_seconds);

@@ -134,6 +134,9 @@ class Trainer {
     double messages = 0;
   };
   Spent spent(const RunState& s, long long t) const;
+  // spent() for an epoch or consensus line, or NaN where nobody reads this peer's lines
+  // (RunInputs::reports_read).
+  Spent reported_spent(const RunState& s, long long t) const;
   void log_start() const;
   // The last step of `epoch` (1-based; 0 gives 0).
   long long epoch_end(int epoch) const;

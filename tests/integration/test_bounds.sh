@@ -191,7 +191,7 @@ json.dump({"peers": [{"rank": r, "host": "127.0.0.1", "port": 20000 + r} for r i
 ' "$work/many.json"
 expect_quick_error "puts 3000 peers on this machine; at most 1024" \
   "$exe" launch --hosts "$work/many.json" -- train --data "$work/tiny" --epochs 1
-expect_quick_error "this machine has 100000000 bytes" env DPGOSSIP_MEMORY_BYTES=100000000 \
+expect_quick_error "this machine has 60000000 bytes" env DPGOSSIP_MEMORY_BYTES=60000000 \
   "$exe" launch --peers 4 -- train --data "$work/tiny" --epochs 1
 # Virtual batches size the step's buffers by the pass, not the batch: the launcher's estimate
 # falls with --physical-batch and --batch-memory (a wide layer, a large batch: the buffers lead).

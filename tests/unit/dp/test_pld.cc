@@ -9,6 +9,7 @@
 #include <numbers>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dp/accountant.h"
@@ -423,6 +424,64 @@ TEST_CASE("threads may compute at once") {
   for (auto& t : threads) t.join();
   CHECK(got[0] == want);
   CHECK(got[2] == pld_eps(0.02, 1.2, 500, 1e-5, PldEstimate::pessimistic));
+}
+
+TEST_CASE("threads at once over more transform lengths than keep their plans") {
+  // Windows from a few thousand points to about a million, on six threads, twice over: lengths
+  // are planned, evicted and planned again while other threads transform with them. Each
+  // figure equals the one computed alone afterwards.
+  const std::vector<long long> steps = {20, 150, 900, 3000, 8000, 20000};
+  std::vector<double> together(2 * steps.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < together.size(); ++i) {
+    threads.emplace_back([&, i] {
+      together[i] = pld_eps(0.01, 0.8, steps[i % steps.size()], 1e-5, PldEstimate::pessimistic);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < together.size(); ++i) {
+    CAPTURE(i);
+    CHECK(together[i] == pld_eps(0.01, 0.8, steps[i % steps.size()], 1e-5, PldEstimate::pessimistic));
+  }
+}
+
+TEST_CASE("a thread's kept buffers change no figure: windows of every size, one or several mechanisms, handed back") {
+  // Each history's figure on a fresh thread (nothing kept), then all of them on one thread in
+  // an order that grows and shrinks the window, switches between one mechanism (whose spectrum
+  // is its own product) and several (a product of its own) and between the double and the
+  // long double transforms, and hands the buffers back midway: the same figures, bit for bit.
+  using History = std::vector<dp::PoissonGaussian>;
+  const std::vector<std::pair<History, double>> cases = {
+      {{{0.05, 2.0, 1000}}, 1e-5},
+      {{{0.01, 1.0, 300}, {0.05, 2.0, 200}}, 1e-5},
+      {{{0.02, 1.2, 50}}, 1e-5},
+      {{{0.004, 0.6, 256}}, 1e-8},
+      {{{0.1, 1.5, 20}, {0.02, 0.9, 400}, {0.3, 3.0, 10}}, 1e-7},
+      {{{0.05, 2.0, 1000}}, 1e-5},
+  };
+  const auto figure = [](const std::pair<History, double>& c) {
+    return dp::pld_epsilon(c.first, c.second, PldEstimate::pessimistic).value;
+  };
+  std::vector<double> fresh(cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    std::thread([&, i] { fresh[i] = figure(cases[i]); }).join();
+  }
+  std::vector<double> kept(cases.size()), after(cases.size());
+  std::thread([&] {
+    for (std::size_t i = 0; i < cases.size(); ++i) kept[i] = figure(cases[i]);
+    for (std::size_t i = cases.size(); i-- > 0;) {
+      after[i] = figure(cases[i]);
+      if (i == 3) dp::pld_release_memory();
+    }
+  }).join();
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    CAPTURE(i);
+    CHECK(kept[i] == fresh[i]);
+    CHECK(after[i] == fresh[i]);
+  }
+  CHECK(fresh[0] == fresh[5]);
+  dp::pld_release_memory();  // twice, and on a thread that holds nothing: harmless
+  dp::pld_release_memory();
 }
 
 TEST_CASE("arguments are checked and named") {

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "runtime/core/error.h"
 #include "runtime/train/algorithm.h"
@@ -110,4 +111,40 @@ TEST_CASE("virtual batches: every algorithm trains with --physical-batch, as in 
       }
     }
   }
+}
+
+TEST_CASE("a peer whose lines nobody reads leaves their epsilons out, unless its ledger keeps them") {
+  // Gossip on a ring of 3 with consensus lines every 2 steps; only rank 0's lines are read.
+  // The others' epoch and consensus lines and summaries carry no accountant figure (NaN), and
+  // the meetings still happen (every peer gets every line).
+  TrainConfig c = small_config("gossip");
+  c.metrics_every = 2;
+  const auto peers = test::run_peers(3, c, 400, ring_phases(3), std::chrono::seconds(20), {},
+                                     [](int r, train::RunInputs& in) { in.reports_read = r == 0; });
+  const auto& lead = peers[0];
+  REQUIRE(lead.error == "");
+  REQUIRE(lead.epochs.size() == 3);
+  REQUIRE(lead.consensus.size() > 3);
+  for (const auto& e : lead.epochs) CHECK(std::isfinite(e.epsilon));
+  for (const auto& r : lead.consensus) CHECK(std::isfinite(r.epsilon));
+  CHECK(lead.epochs.back().epsilon == lead.summary.epsilon);
+  for (int r = 1; r < 3; ++r) {
+    CAPTURE(r);
+    const auto& p = peers[static_cast<std::size_t>(r)];
+    REQUIRE(p.error == "");
+    REQUIRE(p.epochs.size() == lead.epochs.size());
+    REQUIRE(p.consensus.size() == lead.consensus.size());
+    for (const auto& e : p.epochs) CHECK(std::isnan(e.epsilon));
+    for (const auto& x : p.consensus) {
+      CHECK(std::isnan(x.epsilon));
+      CHECK(std::isnan(x.message_epsilon));
+    }
+    CHECK(p.consensus.back().consensus_distance == lead.consensus.back().consensus_distance);
+    CHECK(std::isnan(p.summary.epsilon));
+    CHECK(std::isnan(p.summary.message_epsilon));
+    CHECK(p.summary.peer_epsilons.empty());
+    CHECK(p.summary.steps == lead.summary.steps);
+  }
+  CHECK(std::isfinite(lead.summary.epsilon));
+  CHECK(lead.summary.peer_epsilons.size() == 3);
 }

@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -380,5 +381,20 @@ TEST_CASE("resume: peers that restore different models, where allreduce keeps on
   for (const auto& p : refused) {
     CAPTURE(p.error);
     CHECK(p.error.find("restored another model than rank 0") != std::string::npos);
+  }
+}
+
+TEST_CASE("resume: a peer whose lines nobody reads still makes the epsilons its ledger records") {
+  TrainConfig c = test::small_config(Algo::gossip);
+  TempDir dir;
+  c.checkpoint_dir = dir.path.string();
+  const auto peers = test::run_peers(3, c, 400, ring(3), std::chrono::seconds(20), {},
+                                     [](int r, train::RunInputs& in) { in.reports_read = r == 0; });
+  require_ok(peers);
+  const double lead = peers[0].summary.epsilon;
+  REQUIRE(std::isfinite(lead));
+  for (int r = 1; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(peers[static_cast<std::size_t>(r)].summary.epsilon == lead);
   }
 }
