@@ -198,13 +198,12 @@ struct Transforms {
   LongPlan forward_long;  // real n -> complex n/2 + 1 in long double, or null until asked for
 };
 
-// How many transform lengths keep their plans. A plan holds FFTW's twiddle factors, about 4n
-// bytes for each direction (8 MiB for the pair at n = 2^19, more than the transforms' buffers
-// at that length), and making one costs 10-60 ms, ten times a transform. A run's reports ask
-// for two lengths at a time (the two directions; four where the messages' account differs) whose
-// windows grow slowly with the steps, so the lengths used most recently are the ones asked for
-// next; the earlier, shorter ones (and a calibration's trials) would otherwise be kept for the
-// process's life, a length per step of the window's growth.
+// How many transform lengths keep their plans. A plan holds FFTW's twiddle factors, memory of
+// the order of the transforms' buffers at its length, and making one costs several transforms.
+// A run's reports ask for two lengths at a time (the two directions; four where the messages'
+// account differs) whose windows grow slowly with the steps, so the lengths used most recently
+// are the ones asked for next; the earlier, shorter ones (and a calibration's trials) would
+// otherwise be kept for the process's life, a length per step of the window's growth.
 constexpr std::size_t kPlannedLengths = 4;
 
 // The plans for length n, made when first asked for (again after an eviction) and shared with
