@@ -5,7 +5,8 @@ Every INTERVAL seconds it reads /proc/PID/smaps_rollup of the command and of eac
 started (the whole tree), and records
   - the peak of the tree's summed proportional set size (Pss: a shared page counts 1/N to each
     of the N processes mapping it, so the sum is what the tree costs the machine),
-  - each dpgossip peer's own peak Pss and peak resident size (VmHWM).
+  - each dpgossip peer's own peak Pss and peak resident size (VmHWM), and for each peer (by its
+    --rank) its peak Pss and how many seconds after the start it came.
 What the launcher estimated (its "launch: N local peers at about X each" line) is read from the
 command's output when it printed one.
 
@@ -83,6 +84,16 @@ def is_peer(args):
     return bool(args) and os.path.basename(args[0]) == "dpgossip" and "launch" not in args[1:2]
 
 
+def rank_of(args):
+    """The --rank a launcher gave a peer, or None."""
+    for i, x in enumerate(args):
+        if x == "--rank" and i + 1 < len(args) and args[i + 1].isdigit():
+            return int(args[i + 1])
+        if x.startswith("--rank=") and x[7:].isdigit():
+            return int(x[7:])
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--interval", type=float, default=0.02)
@@ -113,8 +124,10 @@ def main():
                 continue
             total += p
             if pid != proc.pid and is_peer(argv_of(pid)):
-                rec = peers.setdefault(pid, {"pss": 0, "hwm": 0})
-                rec["pss"] = max(rec["pss"], p)
+                rec = peers.setdefault(pid, {"pss": 0, "hwm": 0, "at": 0.0,
+                                             "rank": rank_of(argv_of(pid))})
+                if p > rec["pss"]:
+                    rec["pss"], rec["at"] = p, time.monotonic() - start
                 rec["hwm"] = max(rec["hwm"], status_field(pid, "VmHWM") or 0)
         peak_sum = max(peak_sum, total)
         try:
@@ -140,6 +153,10 @@ def main():
                               "max": round(pss[-1], 1)} if pss else None,
         "peer_peak_rss_mib_max": round(max(mib(r["hwm"]) for r in peers.values()), 1) if peers else None,
         "launcher_estimate_mib": estimate_mib,
+        # Each peer's own peak and when it came (seconds after the command started).
+        "peers": [{"rank": r["rank"], "peak_pss_mib": round(mib(r["pss"]), 1),
+                   "at_s": round(r["at"], 2)}
+                  for r in sorted(peers.values(), key=lambda r: (r["rank"] is None, r["rank"] or 0))],
     }
     if estimate_mib and peers:
         per_peer = mib(peak_sum) / len(peers)
