@@ -26,6 +26,7 @@ int window_count(int size, int kernel, int stride, int padding, const char* what
 inline std::size_t scaled_rows(const float* rows, std::size_t width, const float* scale,
                                std::size_t batch, std::vector<float>& out) {
   out.clear();
+  out.reserve(batch * width);
   std::size_t kept = 0;
   for (std::size_t i = 0; i < batch; ++i) {
     const float s = scale ? scale[i] : 1.0f;

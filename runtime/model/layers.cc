@@ -8,6 +8,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/model/gemm.h"
+#include "runtime/model/kernels.h"
 #include "runtime/model/layer_util.h"
 
 namespace dpg::model {
@@ -100,16 +101,11 @@ class Dense final : public Layer {
   }
   void add_sq_norms(std::span<const float>, const float* in, const float* grad_out,
                     std::size_t batch, float* sq) const override {
-    // |g_i a_i^T|^2 + |g_i|^2 = |g_i|^2 (|a_i|^2 + 1).
-    const std::size_t n = n_in(), m = static_cast<std::size_t>(out_);
-    for (std::size_t i = 0; i < batch; ++i) {
-      double a = 0, g = 0;
-      for (std::size_t k = 0; k < n; ++k) a += static_cast<double>(in[i * n + k]) * in[i * n + k];
-      for (std::size_t j = 0; j < m; ++j) {
-        g += static_cast<double>(grad_out[i * m + j]) * grad_out[i * m + j];
-      }
-      sq[i] += static_cast<float>(g * (a + 1.0));
-    }
+    // |g_i a_i^T|^2 + |g_i|^2 = |g_i|^2 (|a_i|^2 + 1), as the MLP's layers (mlp.h).
+    std::vector<float> a2(batch), g2(batch);
+    kernels::row_sq_norms(in, batch, n_in(), a2.data());
+    kernels::row_sq_norms(grad_out, batch, static_cast<std::size_t>(out_), g2.data());
+    for (std::size_t i = 0; i < batch; ++i) sq[i] += g2[i] * (a2[i] + 1.0f);
   }
   void add_gradient(std::span<const float>, const float* in, const float* grad_out,
                     const float* scale, std::size_t batch, std::span<float> grad) const override {

@@ -7,7 +7,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -16,6 +15,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/rng.h"
 #include "runtime/model/layers.h"
+#include "tests/unit/dp/errors.h"
 
 namespace m = dpg::model;
 using m::Shape;
@@ -193,21 +193,11 @@ TEST_CASE("layers: Tramer and Boneh's CNN for 28x28 inputs, shapes and each conv
 }
 
 TEST_CASE("layers: bad shapes are refused, naming the layer") {
-  const auto message = [](const std::function<void()>& f) -> std::string {
-    try {
-      f();
-    } catch (const dpg::Error& e) {
-      CHECK(e.code() == dpg::Code::invalid_argument);
-      return e.what();
-    }
-    return "";
-  };
-  CHECK(message([] { m::group_norm({6, 2, 2}, 4, true); }).find("group norm: 4 groups") !=
-        std::string::npos);
-  CHECK(message([] { m::conv2d({1, 4, 4}, 2, 8, 1, 0); }).find("conv: a 8-wide window") !=
-        std::string::npos);
-  CHECK(message([] { m::max_pool({1, 4, 4}, 2, 0); }).find("max pool: kernel and stride") !=
-        std::string::npos);
-  CHECK(message([] { m::dense({0, 1, 1}, 3); }).find("dense: the input 0x1x1") !=
-        std::string::npos);
+  using dpg::testing::contains;
+  using dpg::testing::error_message;
+  CHECK(contains(error_message([] { m::group_norm({6, 2, 2}, 4, true); }), "group norm: 4 groups"));
+  CHECK(contains(error_message([] { m::conv2d({1, 4, 4}, 2, 8, 1, 0); }), "conv: a 8-wide window"));
+  CHECK(contains(error_message([] { m::max_pool({1, 4, 4}, 2, 0); }),
+                 "max pool: kernel and stride"));
+  CHECK(contains(error_message([] { m::dense({0, 1, 1}, 3); }), "dense: the input 0x1x1"));
 }
