@@ -3,16 +3,14 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "dp/checks.h"
 #include "dp/value_stream.h"
 #include "runtime/core/error.h"
+#include "runtime/core/parts.h"
 
 namespace dpg::dp {
 namespace {
@@ -158,30 +156,12 @@ void add_discrete_gaussian(std::span<std::int64_t> out, std::uint64_t sigma2, co
   const std::size_t parts =
       std::min<std::size_t>(static_cast<std::size_t>(threads), std::max<std::size_t>(1, out.size() / kPerThread));
   if (parts > 1) {
-    // Contiguous parts, the last on this thread; the first failure is rethrown once all joined.
-    std::vector<std::exception_ptr> errors(parts);
-    std::vector<std::thread> helpers;
+    // Contiguous parts (core/parts.h); a failure is rethrown once all have ended.
     const std::size_t each = (out.size() + parts - 1) / parts;
-    auto part = [&](std::size_t k) {
+    run_parts(parts, [&](std::size_t k) {
       const std::size_t b = k * each, e = std::min(out.size(), b + each);
-      try {
-        add_discrete_gaussian(out.subspan(b, e - b), sigma2, key, stream, first + b, 1);
-      } catch (...) {
-        errors[k] = std::current_exception();
-      }
-    };
-    for (std::size_t k = 0; k + 1 < parts; ++k) {
-      try {
-        helpers.emplace_back(part, k);
-      } catch (const std::system_error&) {
-        part(k);  // no thread to be had: this one draws it
-      }
-    }
-    part(parts - 1);
-    for (auto& h : helpers) h.join();
-    for (const auto& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
+      add_discrete_gaussian(out.subspan(b, e - b), sigma2, key, stream, first + b, 1);
+    });
     return;
   }
   const std::uint64_t t = isqrt(sigma2) + 1;

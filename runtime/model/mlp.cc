@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <system_error>
-#include <thread>
 
 #include "runtime/core/check.h"
 #include "runtime/core/error.h"
+#include "runtime/core/parts.h"
 #include "runtime/core/rng.h"
 #include "runtime/model/blas_threads.h"
 #include "runtime/model/gemm.h"
@@ -263,19 +262,10 @@ void Mlp::add_weight_rows_on_grid(Workspace& ws, int l, int row_begin, int row_e
   const int threads = std::min(blas_threads(), (row_end - row_begin) / (2 * kGridRows));
   if (threads > 1) {
     const int each = (row_end - row_begin + threads - 1) / threads;
-    std::vector<std::thread> helpers;
-    for (int b = row_begin + each; b < row_end; b += each) {
-      const auto job = [this, &ws, l, b, each, row_end, to_grid, grid_out] {
-        grid_rows(ws, l, b, std::min(row_end, b + each), to_grid, grid_out);
-      };
-      try {
-        helpers.emplace_back(job);
-      } catch (const std::system_error&) {
-        job();  // no thread to be had: this one sums them
-      }
-    }
-    grid_rows(ws, l, row_begin, row_begin + each, to_grid, grid_out);
-    for (auto& h : helpers) h.join();
+    run_parts(static_cast<std::size_t>((row_end - row_begin + each - 1) / each), [&](std::size_t p) {
+      const int b = row_begin + static_cast<int>(p) * each;
+      grid_rows(ws, l, b, std::min(row_end, b + each), to_grid, grid_out);
+    });
     return;
   }
   grid_rows(ws, l, row_begin, row_end, to_grid, grid_out);

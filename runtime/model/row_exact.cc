@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <system_error>
-#include <thread>
-#include <vector>
 
+#include "runtime/core/parts.h"
 #include "runtime/model/kernels.h"
 
 namespace dpg::model::row_exact {
@@ -46,21 +44,13 @@ void times(const float* a, std::size_t rows, std::size_t k, const float* b, std:
   const std::size_t parts = std::min<std::size_t>(
       static_cast<std::size_t>(std::max(threads, 1)), std::max<std::size_t>(1, rows / kMinRows));
   if (parts > 1) {
-    // Blocks of whole tiles, the last on this thread (and any whose thread cannot start).
+    // Blocks of whole tiles (core/parts.h).
     const std::size_t each = (rows + parts - 1) / parts;
     const std::size_t block = (each + kRows - 1) / kRows * kRows;
-    std::vector<std::thread> helpers;
-    std::size_t last = 0;
-    for (; last + block < rows; last += block) {
-      const auto job = [=] { times(a + last * k, block, k, b, n, c + last * n, 1); };
-      try {
-        helpers.emplace_back(job);
-      } catch (const std::system_error&) {
-        job();
-      }
-    }
-    times(a + last * k, rows - last, k, b, n, c + last * n, 1);
-    for (auto& h : helpers) h.join();
+    run_parts((rows + block - 1) / block, [=](std::size_t p) {
+      const std::size_t first = p * block;
+      times(a + first * k, std::min(block, rows - first), k, b, n, c + first * n, 1);
+    });
     return;
   }
   for (std::size_t j0 = 0; j0 < n; j0 += kCols) {
